@@ -1,0 +1,242 @@
+"""The operator's vocabulary: every API name, label, annotation, env name, condition and reason.
+
+One module so that a reader grepping for `member-index` or `QuotaReserved` finds exactly one
+definition. Nothing here computes anything.
+"""
+
+from __future__ import annotations
+
+# --- API groups and kinds -------------------------------------------------------------------
+
+GROUP = "worker.gpustack.ai"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+KIND_MODEL_DEPLOYMENT = "ModelDeployment"
+KIND_INSTANCE_TYPE = "InstanceType"
+KIND_KV_CACHE_POOL = "KVCachePool"
+KIND_KV_CACHE_POOL_BINDING = "KVCachePoolBinding"
+KIND_KV_CACHE_BACKEND = "KVCacheBackend"
+KIND_MODEL_ARTIFACT = "ModelArtifact"
+
+PLURAL_MODEL_DEPLOYMENTS = "modeldeployments"
+PLURAL_INSTANCE_TYPES = "instancetypes"
+PLURAL_KV_CACHE_POOLS = "kvcachepools"
+PLURAL_KV_CACHE_POOL_BINDINGS = "kvcachepoolbindings"
+PLURAL_KV_CACHE_BACKENDS = "kvcachebackends"
+PLURAL_MODEL_ARTIFACTS = "modelartifacts"
+
+CATEGORY = "gpustack"
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KIND_WORKLOAD = "Workload"
+PLURAL_WORKLOADS = "workloads"
+
+# Metacontroller children/related map keys (hook protocol v2).
+CHILD_PODS = "Pod.v1"
+CHILD_SERVICES = "Service.v1"
+CHILD_DEPLOYMENTS = "Deployment.apps/v1"
+CHILD_CONFIGMAPS = "ConfigMap.v1"
+CHILD_SERVICE_ACCOUNTS = "ServiceAccount.v1"
+CHILD_ROLES = "Role.rbac.authorization.k8s.io/v1"
+CHILD_ROLE_BINDINGS = "RoleBinding.rbac.authorization.k8s.io/v1"
+RELATED_INSTANCE_TYPES = f"{KIND_INSTANCE_TYPE}.{API_VERSION}"
+RELATED_BINDINGS = f"{KIND_KV_CACHE_POOL_BINDING}.{API_VERSION}"
+RELATED_POOLS = f"{KIND_KV_CACHE_POOL}.{API_VERSION}"
+RELATED_BACKENDS = f"{KIND_KV_CACHE_BACKEND}.{API_VERSION}"
+RELATED_ARTIFACTS = f"{KIND_MODEL_ARTIFACT}.{API_VERSION}"
+RELATED_WORKLOADS = f"{KIND_WORKLOAD}.{KUEUE_API_VERSION}"
+
+# --- Engines, role kinds ---------------------------------------------------------------------
+
+ENGINE_VLLM = "vLLM"
+ENGINE_SGLANG = "SGLang"
+ENGINES = (ENGINE_VLLM, ENGINE_SGLANG)
+
+ROLE_KIND_SERVER = "Server"
+ROLE_KIND_PREFILL = "Prefill"
+ROLE_KIND_DECODE = "Decode"
+ROLE_KINDS = (ROLE_KIND_SERVER, ROLE_KIND_PREFILL, ROLE_KIND_DECODE)
+# Letters used by status.roleSummary ("1R3P4D").
+ROLE_KIND_LETTER = {ROLE_KIND_SERVER: "S", ROLE_KIND_PREFILL: "P", ROLE_KIND_DECODE: "D"}
+ROUTER_LETTER = "R"
+
+ROUTER_LLMD = "llm-d-router"
+ROUTER_VLLM = "vllm-router"
+ROUTER_SGLANG = "sglang-gateway"
+ROUTERS = (ROUTER_LLMD, ROUTER_VLLM, ROUTER_SGLANG)
+
+CONNECTOR_MOONCAKE = "Mooncake"
+
+TRANSFER_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM")
+BACKEND_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA")
+
+# --- Labels ----------------------------------------------------------------------------------
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+APP_NAME = "model-deployment"
+MANAGED_BY = "gpustack-model-deployment"
+
+LABEL_POD_ORDINAL = "modeldeployment.gpustack.ai/pod-ordinal"
+LABEL_MEMBER_INDEX = "modeldeployment.gpustack.ai/member-index"
+LABEL_ROLE_KIND = "modeldeployment.gpustack.ai/role-kind"
+# Router objects carry this in place of a role name as their component.
+ROUTER_COMPONENT = "router"
+
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+LABEL_KUEUE_MANAGED = "kueue.x-k8s.io/managed"
+
+# --- Annotations -----------------------------------------------------------------------------
+
+ANNOTATION_KUEUE_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+ANNOTATION_KUEUE_ROLE_HASH = "kueue.x-k8s.io/role-hash"
+ANNOTATION_KUEUE_GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
+ANNOTATION_KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+# Never set by this operator (see the user's description, "Pod group labels and annotations").
+ANNOTATION_KUEUE_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
+
+ANNOTATION_FINGERPRINT = "modeldeployment.gpustack.ai/fingerprint"
+ANNOTATION_KVCACHE_CLIENT_CONFIG = "kvcache.gpustack.ai/client-config"
+
+KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+
+# --- Environment variables rendered into engine containers ------------------------------------
+
+ENV_LEADER_ADDRESS = "GPUSTACK_REPLICA_LEADER_ADDRESS"
+ENV_REPLICA_SIZE = "GPUSTACK_REPLICA_SIZE"
+ENV_MEMBER_INDEX = "GPUSTACK_MEMBER_INDEX"
+REPLICA_ENV = (ENV_LEADER_ADDRESS, ENV_REPLICA_SIZE, ENV_MEMBER_INDEX)
+
+ENV_MOONCAKE_CONFIG_PATH = "MOONCAKE_CONFIG_PATH"
+ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT = "VLLM_MOONCAKE_BOOTSTRAP_PORT"
+ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
+ENV_MOONCAKE_MASTER = "MOONCAKE_MASTER"
+ENV_MOONCAKE_TE_META_DATA_SERVER = "MOONCAKE_TE_META_DATA_SERVER"
+ENV_MOONCAKE_PROTOCOL = "MOONCAKE_PROTOCOL"
+ENV_MOONCAKE_DEVICE = "MOONCAKE_DEVICE"
+ENV_MOONCAKE_GLOBAL_SEGMENT_SIZE = "MOONCAKE_GLOBAL_SEGMENT_SIZE"
+ENV_MOONCAKE_LOCAL_HOSTNAME = "MOONCAKE_LOCAL_HOSTNAME"
+ENV_MOONCAKE_TENANT_ID = "MOONCAKE_TENANT_ID"
+ENV_MC_TE_METRIC = "MC_TE_METRIC"
+ENV_MC_STORE_CLIENT_METRIC_BANDWIDTH = "MC_STORE_CLIENT_METRIC_BANDWIDTH"
+ENV_MC_FORCE_TCP = "MC_FORCE_TCP"
+ENV_VLLM_API_KEY = "VLLM_API_KEY"
+ENV_VLLM_DP_SIZE = "VLLM_DP_SIZE"
+
+# --- Paths and ports -------------------------------------------------------------------------
+
+KVCACHE_CONFIG_DIR = "/etc/gpustack/kvcache"
+KVCACHE_CONFIG_FILE = "mooncake.json"
+KVCACHE_CONFIG_PATH = f"{KVCACHE_CONFIG_DIR}/{KVCACHE_CONFIG_FILE}"
+KVCACHE_VOLUME = "kvcache-client-config"
+MODEL_VOLUME = "model"
+MODEL_MOUNT_PATH = "/var/lib/gpustack/model"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+SHM_SIZE_LIMIT = "16Gi"
+
+DEFAULT_SERVING_PORT = 8000
+KV_EVENTS_PORT = 5557
+KV_EVENTS_REPLAY_PORT = 5558
+PREFILL_BOOTSTRAP_PORT = 8998
+PORT_NAME_HTTP = "http"
+HEALTH_PATH = "/health"
+DEFAULT_TERMINATION_GRACE_SECONDS = 30
+KV_LEASE_WINDOW_SECONDS = 30
+
+# --- Kueue admission check -------------------------------------------------------------------
+
+ADMISSION_CHECK_NAME = "gpustack-model-deployment-joint"
+ADMISSION_CHECK_CONTROLLER = "worker.gpustack.ai/model-deployment-joint"
+
+# --- Status conditions and reasons ------------------------------------------------------------
+
+PHASE_STARTING = "Starting"
+PHASE_READY = "Ready"
+PHASE_DEGRADED = "Degraded"
+PHASE_DELETING = "Deleting"
+
+COND_DOMAIN_REGISTERED = "DomainRegistered"
+COND_QUOTA_RESERVED = "QuotaReserved"
+COND_CACHE_ATTACHED = "CacheAttached"
+COND_REPLICAS_UP_TO_DATE = "ReplicasUpToDate"
+COND_ROLE_KINDS_READY = "RoleKindsReady"
+COND_KV_EVENTS_PUBLISHING = "KVEventsPublishing"
+COND_ROUTER_READY = "RouterReady"
+COND_WEIGHTS_READY = "WeightsReady"
+CONDITION_TYPES = (
+    COND_DOMAIN_REGISTERED,
+    COND_QUOTA_RESERVED,
+    COND_CACHE_ATTACHED,
+    COND_REPLICAS_UP_TO_DATE,
+    COND_ROLE_KINDS_READY,
+    COND_KV_EVENTS_PUBLISHING,
+    COND_ROUTER_READY,
+    COND_WEIGHTS_READY,
+)
+
+REASON_NOT_APPLICABLE = "NotApplicable"
+# DomainRegistered
+REASON_REGISTERED = "Registered"
+REASON_BINDING_NOT_FOUND = "BindingNotFound"
+REASON_BINDING_NOT_READY = "BindingNotReady"
+REASON_BINDING_DELETING = "BindingDeleting"
+# QuotaReserved
+REASON_RESERVED = "Reserved"
+REASON_PENDING = "Pending"
+REASON_POD_GROUP_INCOMPLETE = "PodGroupIncomplete"
+REASON_PREEMPTED_IN_PART = "PreemptedInPart"
+REASON_ADMISSION_IN_FLIGHT = "AdmissionInFlight"
+REASON_NO_REPLICAS = "NoReplicas"
+# CacheAttached
+REASON_CACHE_ACTIVE = "CacheActive"
+REASON_CACHE_OPERATIONS_FAILING = "CacheOperationsFailing"
+REASON_UNMANAGED = "Unmanaged"
+REASON_NO_REPLICA_READY = "NoReplicaReady"
+# ReplicasUpToDate
+REASON_UP_TO_DATE = "UpToDate"
+REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+REASON_REPLACEMENT_IN_PROGRESS = "ReplacementInProgress"
+# RoleKindsReady
+REASON_ALL_KINDS_READY = "AllKindsReady"
+REASON_KINDS_NOT_READY = "KindsNotReady"
+REASON_NO_ROLE_STATUSES = "NoRoleStatuses"
+# KVEventsPublishing
+REASON_PUBLISHING = "Publishing"
+REASON_PUBLISHER_DISABLED = "PublisherDisabled"
+REASON_NO_ROUTER = "NoRouter"
+REASON_ROLE_UNMANAGED = "RoleUnmanaged"
+# RouterReady
+REASON_ROUTER_READY = "Ready"
+REASON_RENDER_FAILED = "RenderFailed"
+REASON_NO_READY_REPLICAS = "NoReadyReplicas"
+REASON_NOT_DEPLOYED = "NotDeployed"
+# WeightsReady
+REASON_RESOLVED = "Resolved"
+REASON_ARTIFACT_NOT_FOUND = "ArtifactNotFound"
+REASON_ARTIFACT_NOT_RESOLVED = "ArtifactNotResolved"
+
+# --- Events ----------------------------------------------------------------------------------
+
+EVENT_RUNTIME_VERSION_SKEW = "RuntimeVersionSkew"
+EVENT_RENDER_FAILED = "RenderFailed"
+EVENT_REPLICA_EVICTED = "ReplicaEvicted"
+EVENT_REPLICA_LEAVING = "ReplicaLeaving"
+EVENT_REPLICA_RESTARTED = "ReplicaRestarted"
+EVENT_TYPE_NORMAL = "Normal"
+EVENT_TYPE_WARNING = "Warning"
+EVENT_SOURCE_COMPONENT = "gpustack-model-deployment"
+
+# --- Operator settings (environment of the service) -------------------------------------------
+
+SETTING_KV_CACHE_DTYPE_OWNED = "GPUSTACK_MODEL_DEPLOYMENT_KV_CACHE_DTYPE_OWNED"
+SETTING_ROUTER_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTER_IMAGE"
+SETTING_ROUTING_SIDECAR_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_IMAGE"
+SETTING_WORLD_DIR = "MODELDEPLOYMENT_WORLD_DIR"
