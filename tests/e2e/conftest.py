@@ -1,0 +1,73 @@
+"""Fixtures for the end-to-end tests (see tests/e2e/README.md).
+
+Every test under tests/e2e/ is marked ``e2e``.  They run by default; set
+``MODELDEPLOYMENT_E2E=0`` to skip them all.
+
+Fixtures:
+  control_plane   (session)  a started :class:`cluster.ControlPlane`
+  e2e_namespace   (function) a fresh namespace, deleted afterwards
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import cluster as e2e_cluster  # noqa: E402  (tests/e2e/cluster.py)
+
+
+def e2e_enabled() -> bool:
+    return os.environ.get("MODELDEPLOYMENT_E2E", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="MODELDEPLOYMENT_E2E=0")
+    for item in items:
+        try:
+            Path(str(item.path)).resolve().relative_to(HERE)
+        except ValueError:
+            continue
+        item.add_marker(pytest.mark.e2e)
+        if not e2e_enabled():
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[e2e_cluster.ControlPlane]:
+    """The loopback control plane, shared by the whole session.
+
+    Runs tests/e2e/components/build.sh first (seconds when the component cache
+    is warm).  The work dir, logs included, is kept when a test failed (or with
+    MODELDEPLOYMENT_E2E_KEEP=1) and its path printed.
+    """
+    if not e2e_enabled():
+        pytest.skip("MODELDEPLOYMENT_E2E=0")
+    bin_dir = e2e_cluster.ensure_built()
+    cp = e2e_cluster.ControlPlane(bin_dir=bin_dir)
+    try:
+        cp.start()
+    except e2e_cluster.ControlPlaneError as exc:
+        pytest.fail(f"control plane failed to start: {exc}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop(keep_work_dir=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+def e2e_namespace(control_plane: e2e_cluster.ControlPlane) -> Iterator[str]:
+    """A new namespace (with its default ServiceAccount), deleted afterwards
+    without waiting."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    control_plane.create_namespace(name)
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
