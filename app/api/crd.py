@@ -1,0 +1,190 @@
+"""Generate the CRDs from the pydantic models, like controller-gen does from Go types.
+
+pydantic emits JSON Schema; Kubernetes wants a *structural* OpenAPI v3 schema: no `$ref`, no
+`null` branches, no titles, and its own `x-kubernetes-*` extras. The committed YAML under
+`manifests/crds/` is this module's output; a test fails when they drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from app import vocab
+from app.api import cluster, v1
+
+# Defaults that carry no information would be written into every stored object; keep scalars only.
+_DROPPED_KEYS = {"title"}
+
+
+def structural(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural OpenAPI schema of a model, with every `$ref` inlined."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    return _clean(raw, defs)
+
+
+def _clean(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_clean(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].split("/")[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _clean(merged, defs)
+    any_of = node.get("anyOf")
+    if any_of and any(branch.get("type") == "null" for branch in any_of):
+        rest = [branch for branch in any_of if branch.get("type") != "null"]
+        merged = {k: v for k, v in node.items() if k != "anyOf"}
+        if len(rest) == 1:
+            merged = {**rest[0], **merged}
+        else:
+            merged["anyOf"] = rest
+        return _clean(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYS:
+            continue
+        if key == "default" and (value is None or value == [] or value == {}):
+            continue
+        if key == "const":
+            out["enum"] = [value]
+            if "type" not in node:
+                out["type"] = "string" if isinstance(value, str) else "integer"
+            continue
+        if key == "properties":
+            out[key] = {name: _clean(prop, defs) for name, prop in value.items()}
+            continue
+        out[key] = _clean(value, defs)
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    return out
+
+
+def _preserving(schema: dict[str, Any]) -> dict[str, Any]:
+    """A supporting resource keeps fields we do not model (its owners' controllers write them)."""
+    return {**schema, "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    scope: str,
+    description: str,
+    spec_schema: dict[str, Any],
+    status_schema: dict[str, Any],
+    printer_columns: list[dict[str, Any]] | None = None,
+    spec_required: bool = True,
+) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string", "description": "APIVersion of this representation of the object."},
+        "kind": {"type": "string", "description": "Kind of the object."},
+        "metadata": {"type": "object"},
+        "spec": spec_schema,
+        "status": status_schema,
+    }
+    root: dict[str, Any] = {"type": "object", "description": description, "properties": properties}
+    if spec_required:
+        root["required"] = ["spec"]
+    version: dict[str, Any] = {
+        "name": vocab.VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": root},
+        "subresources": {"status": {}},
+    }
+    if printer_columns:
+        version["additionalPrinterColumns"] = printer_columns
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{vocab.GROUP}"},
+        "spec": {
+            "group": vocab.GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+                "categories": [vocab.CATEGORY],
+            },
+            "scope": scope,
+            "versions": [version],
+        },
+    }
+
+
+def _age() -> dict[str, Any]:
+    return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def model_deployment_crd() -> dict[str, Any]:
+    spec = structural(v1.ModelDeploymentSpec)
+    spec["description"] = "Desired state: the model, the engine and 1-10 inference roles."
+    status = structural(v1.ModelDeploymentStatus)
+    status["description"] = "Observed state, rebuilt on every sync."
+    return _crd(
+        kind=vocab.KIND_MODEL_DEPLOYMENT,
+        plural=vocab.PLURAL_MODEL_DEPLOYMENTS,
+        short_names=["md"],
+        scope="Namespaced",
+        description="ModelDeployment serves one model with 1-10 inference roles (Server, Prefill, Decode), "
+        "each with replicas (independent instances) of size Pods.",
+        spec_schema=spec,
+        status_schema=status,
+        printer_columns=[
+            {"name": "Engine", "type": "string", "jsonPath": ".spec.engine.name"},
+            {"name": "Roles", "type": "string", "jsonPath": ".status.roleSummary"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 0},
+            _age(),
+        ],
+    )
+
+
+def _supporting(model: type[BaseModel], field: str) -> dict[str, Any]:
+    schema = structural(model.model_fields[field].annotation)  # type: ignore[arg-type]
+    return _preserving(schema)
+
+
+def supporting_crds() -> list[dict[str, Any]]:
+    rows = [
+        (cluster.InstanceType, vocab.KIND_INSTANCE_TYPE, vocab.PLURAL_INSTANCE_TYPES, ["instype"], "Cluster",
+         "InstanceType: a pool of identical nodes and its Kueue entrance (read by ModelDeployment).",
+         [{"name": "Entrance", "type": "string", "jsonPath": ".status.entrance"},
+          {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]),
+        (cluster.KVCachePool, vocab.KIND_KV_CACHE_POOL, vocab.PLURAL_KV_CACHE_POOLS, ["kvcp"], "Cluster",
+         "KVCachePool: a Mooncake store pool and its published client endpoint.",
+         [{"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+          {"name": "Endpoint", "type": "string", "jsonPath": ".status.clientEndpoint"}]),
+        (cluster.KVCachePoolBinding, vocab.KIND_KV_CACHE_POOL_BINDING, vocab.PLURAL_KV_CACHE_POOL_BINDINGS,
+         ["kvcpb"], "Namespaced",
+         "KVCachePoolBinding grants a namespace a KVCachePool in one reuse domain.",
+         [{"name": "Pool", "type": "string", "jsonPath": ".spec.poolRef.name"},
+          {"name": "Domain", "type": "string", "jsonPath": ".spec.domain.name"},
+          {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]),
+        (cluster.KVCacheBackend, vocab.KIND_KV_CACHE_BACKEND, vocab.PLURAL_KV_CACHE_BACKENDS, ["kvcb"], "Cluster",
+         "KVCacheBackend: the member groups of a pool and their transport protocols.", []),
+        (cluster.ModelArtifact, vocab.KIND_MODEL_ARTIFACT, vocab.PLURAL_MODEL_ARTIFACTS, ["mart"], "Namespaced",
+         "ModelArtifact: model weights from a hub or a volume, resolved to a revision.", []),
+    ]
+    crds = []
+    for model, kind, plural, short, scope, description, columns in rows:
+        spec = _supporting(model, "spec")
+        status = _supporting(model, "status") if "status" in model.model_fields else {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        crds.append(_crd(kind=kind, plural=plural, short_names=short, scope=scope, description=description,
+                         spec_schema=spec, status_schema=status, printer_columns=columns + [_age()],
+                         spec_required=kind == vocab.KIND_KV_CACHE_POOL_BINDING))
+    return crds
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name -> CRD, in a stable order."""
+    crds = [model_deployment_crd(), *supporting_crds()]
+    return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}

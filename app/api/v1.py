@@ -1,0 +1,330 @@
+"""ModelDeployment (worker.gpustack.ai/v1): the contract, as pydantic v2 models.
+
+These models are the single source of truth for the CRD schema (`modeldeployment crds`), for the
+renderer and for the admission webhooks. Field descriptions become `kubectl explain` text.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from app import vocab
+from app.api.schema import KubeModel, Quantity, list_map
+
+EngineName = Literal["vLLM", "SGLang"]
+RoleKind = Literal["Server", "Prefill", "Decode"]
+RouterName = Literal["llm-d-router", "vllm-router", "sglang-gateway"]
+TransferProtocol = Literal["Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM"]
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+PortProtocol = Literal["TCP", "UDP", "SCTP"]
+HostPathType = Literal[
+    "", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice"
+]
+
+
+class LocalObjectReference(KubeModel):
+    name: str = Field(description="Name of the object in the deployment's namespace.")
+
+
+class ModelSpec(KubeModel):
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The model the engine serves (e.g. Qwen/Qwen2.5-72B-Instruct). Served, never "
+        "provisioned: weights come from the engine's hub client, a role's volumes, or artifactRef. Frozen.",
+    )
+    artifact_ref: LocalObjectReference | None = Field(
+        default=None,
+        description="Optional ModelArtifact in this namespace whose resolved weights are served. "
+        "Until it resolves, no Pod is created and WeightsReady is False.",
+    )
+
+
+class EngineSpec(KubeModel):
+    name: EngineName = Field(description="Inference engine: vLLM or SGLang. Frozen.")
+    version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Engine version used to synthesize the runner image of roles that name no image "
+        "(gpustack/runner:<backend><runtime>[-<variant>]-<engine><version>). Free-form: you guarantee "
+        "that the combination was published. Required when any role has no image.",
+    )
+
+
+class PoolRef(KubeModel):
+    name: str = Field(
+        min_length=1,
+        description="A KVCachePoolBinding in this namespace. An administrator creates it to grant "
+        "the namespace a pool; a cluster pool name or an endpoint URL cannot be used here.",
+    )
+
+
+class KVCacheSpec(KubeModel):
+    pool_ref: PoolRef = Field(description="The KVCachePoolBinding that attaches this deployment to a pool.")
+    connector: Literal["Mooncake"] = Field(
+        default="Mooncake", description="Cache connector. Mooncake is the only value; defaulted and immutable."
+    )
+
+
+class KVTransferSpec(KubeModel):
+    protocol: TransferProtocol = Field(
+        default="Auto",
+        description="Transport of the direct prefill-to-decode transfer leg. Auto and TCP render tcp; "
+        "RDMA rdma; EFA efa; CANN ascend; ROCM hip.",
+    )
+
+
+class RouterSpec(KubeModel):
+    name: RouterName = Field(
+        description="Router in front of the roles: llm-d-router (either engine), vllm-router (vLLM "
+        "only), sglang-gateway (SGLang only). The name is frozen; the block may be added or removed."
+    )
+    replicas: int = Field(default=1, ge=1, description="Router Pods.")
+    image: str | None = Field(default=None, description="Router image; defaults to the operator setting.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Appended after the router arguments the operator renders."
+    )
+    request_timeout_seconds: int | None = Field(default=None, ge=1, description="Per-request timeout.")
+    disaggregation_threshold_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="llm-d-router only: prompts shorter than this many tokens skip the prefill role.",
+    )
+
+
+class RoleResources(KubeModel):
+    accelerator: Quantity | None = Field(
+        default=None,
+        description="Accelerator cards per Pod (whole cards). Defaulted to 1 by the mutating webhook on an "
+        "acceleratable InstanceType; an explicit 0 is kept. A slice or partition requires 1. Frozen.",
+    )
+    accelerator_sliced_memory_percentage: int | None = Field(
+        default=None, ge=0, le=100, description="Logical slice: percentage of one card's memory."
+    )
+    accelerator_sliced_cores_percentage: int | None = Field(
+        default=None, ge=0, le=100, description="Logical slice: percentage of one card's cores."
+    )
+    accelerator_partitioned_profile: str | None = Field(
+        default=None, max_length=64, description="Physical partition profile (e.g. a MIG profile name)."
+    )
+    interface: Quantity | None = Field(
+        default=None,
+        description="Whole number of fabric interfaces per engine Pod (RDMA or EFA, following the "
+        "transport the role renders). Unset or zero adds no device request.",
+    )
+
+
+class TopologySpec(KubeModel):
+    required_level: str | None = Field(
+        default=None,
+        max_length=316,
+        description="A node label key naming a configured topology level (e.g. topology.kubernetes.io/zone). "
+        "All size Pods of one replica must fit within one domain at that level. "
+        "kubernetes.io/hostname is implicit and refused.",
+    )
+
+
+class RolePort(KubeModel):
+    port: int = Field(ge=1, le=65535, description="Container port.")
+    protocol: PortProtocol = Field(default="TCP", description="TCP, UDP or SCTP.")
+
+
+class NamedSource(KubeModel):
+    name: str = Field(min_length=1, description="Name of the object in this namespace.")
+
+
+class HostPathSource(KubeModel):
+    path: str = Field(min_length=1, description="Absolute path on the node.")
+    type: HostPathType | None = Field(default=None, description="hostPath type.")
+
+
+class AdditionalVolume(KubeModel):
+    mount_path: str = Field(pattern=r"^/", description="Absolute path inside the engine container.")
+    read_only: bool | None = Field(default=None, description="Mount read-only.")
+    sub_path: str | None = Field(default=None, description="Relative path inside the volume, no '..'.")
+    config_map: NamedSource | None = Field(default=None, description="A ConfigMap in this namespace.")
+    secret: NamedSource | None = Field(default=None, description="A Secret in this namespace.")
+    host_path: HostPathSource | None = Field(default=None, description="A path on the node.")
+
+
+class EnvEntry(KubeModel):
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str | None = Field(default=None, description="Variable value.")
+
+
+class Role(KubeModel):
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Role name (DNS-1123 label). Becomes the Kueue PodSet name. Frozen.",
+    )
+    kind: RoleKind = Field(default="Server", description="Server (default), Prefill or Decode. Frozen.")
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Independent serving instances. Changing it adds or removes instances; survivors "
+        "are not restarted.",
+    )
+    size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pods per instance (fate-sharing: started, admitted and replaced together). Frozen.",
+    )
+    instance_type: str = Field(
+        min_length=1, max_length=253, description="InstanceType the role's Pods run on. Frozen."
+    )
+    resources: RoleResources = Field(
+        default_factory=RoleResources, description="Accelerator request of one Pod. Frozen."
+    )
+    topology: TopologySpec | None = Field(default=None, description="Topology-aware placement.")
+    image: str | None = Field(default=None, description="Engine image; synthesized from the engine when unset.")
+    image_pull_policy: PullPolicy | None = Field(default=None, description="Always, IfNotPresent or Never.")
+    image_pull_secrets: Annotated[
+        list[LocalObjectReference], Field(max_length=32, description="Secrets for pulling the image.")
+    ] = Field(default_factory=list)
+    privileged: bool | None = Field(default=None, description="Run the engine container privileged.")
+    ports: Annotated[
+        list[RolePort],
+        Field(
+            description="Container ports. The first is the serving port (default 8000).",
+            json_schema_extra=list_map("port", "protocol"),
+        ),
+    ] = Field(default_factory=list)
+    additional_volumes: list[AdditionalVolume] = Field(
+        default_factory=list, description="ConfigMap, Secret or hostPath volumes mounted into the engine."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        default=None, ge=15, le=3600, description="Grace period (unset renders 30)."
+    )
+    command: list[str] | None = Field(
+        default=None,
+        description="Take-over argv: the whole command line (the image entrypoint does not participate). "
+        "The role then reports unmanaged: true and receives no cache or transfer configuration. Frozen.",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="Appended after the operator's arguments (inert beside command)."
+    )
+    env: Annotated[
+        list[EnvEntry],
+        Field(description="Extra environment variables.", json_schema_extra=list_map("name")),
+    ] = Field(default_factory=list)
+
+    @property
+    def managed(self) -> bool:
+        """The operator builds the argv unless the role took the command line over."""
+        return not self.command
+
+    @property
+    def kind_label(self) -> str:
+        return self.kind.lower()
+
+
+class ModelDeploymentSpec(KubeModel):
+    model: ModelSpec = Field(description="What is served. Frozen.")
+    engine: EngineSpec = Field(description="Inference engine.")
+    kv_cache: KVCacheSpec | None = Field(
+        default=None, description="Optional shared KV cache pool, through a KVCachePoolBinding. Frozen."
+    )
+    kv_transfer: KVTransferSpec | None = Field(
+        default=None, description="Optional transport of the direct prefill/decode transfer."
+    )
+    router: RouterSpec | None = Field(default=None, description="Optional router in front of the roles.")
+    roles: Annotated[
+        list[Role],
+        Field(
+            min_length=1,
+            max_length=10,
+            description="1 to 10 inference roles. The set of roles cannot be edited after creation.",
+            json_schema_extra=list_map("name"),
+        ),
+    ]
+
+
+class ObjectMeta(KubeModel):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    generation: int | None = None
+    resource_version: str | None = None
+    deletion_timestamp: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+
+
+class ModelDeployment(KubeModel):
+    api_version: str = vocab.API_VERSION
+    kind: str = vocab.KIND_MODEL_DEPLOYMENT
+    metadata: ObjectMeta
+    spec: ModelDeploymentSpec
+    status: dict[str, Any] | None = None
+
+    def role(self, name: str) -> Role | None:
+        return next((r for r in self.spec.roles if r.name == name), None)
+
+
+# --- Status (rebuilt from observed state on every sync) --------------------------------------
+
+
+class Condition(KubeModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class RoleStatus(KubeModel):
+    name: str
+    kind: RoleKind
+    desired: int = Field(description="Declared replicas.")
+    ready: int = Field(description="Replicas whose every Pod is Ready.")
+    quota_reserved: int = Field(description="Replicas whose Kueue Workload holds quota.")
+    unmanaged: bool = Field(description="The role took over the command line.")
+    image: str | None = Field(default=None, description="The engine image rendered.")
+    kv_events_endpoints: list[str] | None = Field(
+        default=None, description="Dialable KV-event publisher and replay endpoints (routed vLLM producers)."
+    )
+    kv_events_topic: str | None = None
+
+
+class KVCacheDomain(KubeModel):
+    name: str
+    block_size: int | None = None
+    dtype: str | None = None
+
+
+class KVCacheStatus(KubeModel):
+    binding: str
+    pool: str | None = None
+    domain: KVCacheDomain | None = None
+
+
+class RouterStatus(KubeModel):
+    name: str
+    desired: int
+    ready: int
+    endpoint: str
+
+
+class ModelDeploymentStatus(KubeModel):
+    observed_generation: int | None = Field(default=None, description="Set by Metacontroller.")
+    phase: Literal["Starting", "Ready", "Degraded", "Deleting"] | None = Field(
+        default=None, description="Starting, Ready, Degraded or Deleting."
+    )
+    phase_message: str | None = None
+    endpoint: str | None = Field(default=None, description="In-cluster URL callers use.")
+    role_summary: str | None = Field(default=None, description="Ready instances per kind, e.g. 1R3P4D.")
+    roles: list[RoleStatus] = Field(default_factory=list)
+    kv_cache: KVCacheStatus | None = None
+    router: RouterStatus | None = None
+    conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(
+        default_factory=list
+    )

@@ -1,0 +1,162 @@
+"""`modeldeployment`: serve the hooks and webhooks, dry-run a deployment, write the CRDs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app import vocab
+from app.api.hooks import HookRequest
+from app.control.sync import SyncFailed, SyncSettings, reconcile
+from app.kube.executor import utc_now
+from app.settings import Settings
+from app.world import load_yaml_objects
+
+DEFAULT_WORLD = Path(__file__).resolve().parent.parent / "examples" / "world"
+CRD_DIR = Path(__file__).resolve().parent.parent / "manifests" / "crds"
+
+
+def _deployments(path: Path) -> list[dict[str, Any]]:
+    return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
+
+
+def _world_objects(world: Path | None) -> list[dict[str, Any]]:
+    return load_yaml_objects(world) if world else []
+
+
+def _related(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Metacontroller's v2 related map, built from plain objects."""
+    related: dict[str, dict[str, Any]] = {}
+    for obj in objects:
+        api = obj.get("apiVersion", "")
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name", "")
+        related.setdefault(f"{obj.get('kind')}.{api}", {})[key] = obj
+    return related
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    settings = Settings()
+    objects = _world_objects(args.world)
+    deployments = _deployments(args.file)
+    if not deployments:
+        print(f"error: {args.file} holds no ModelDeployment", file=sys.stderr)
+        return 2
+    sync_settings = SyncSettings(options=settings.render_options())
+    status = 0
+    for md in deployments:
+        md.setdefault("metadata", {}).setdefault("namespace", "default")
+        request = HookRequest(parent=md, children={}, related=_related(objects))
+        try:
+            result = reconcile(request, sync_settings, now=utc_now())
+        except SyncFailed as exc:
+            print(f"error: {md['metadata'].get('name')}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        docs = [*result.children, {"status": result.status}]
+        sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+        if not args.quiet:
+            for intent in result.intents:
+                print(f"# intent: {intent}", file=sys.stderr)
+    return status
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    from app.api.crd import all_crds
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, crd in all_crds().items():
+        (args.out / name).write_text(yaml.safe_dump(crd, sort_keys=False, width=120))
+        print(args.out / name)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """One app on one or two listeners: TLS for the API server's webhooks, plain HTTP for the hooks.
+
+    Metacontroller calls hooks over in-cluster HTTP (its examples do); the API server requires
+    TLS for admission webhooks. Both listeners serve the same app, in one process.
+    """
+    import asyncio
+
+    import uvicorn
+
+    overrides: dict[str, Any] = {}
+    if args.world is not None:
+        overrides["world_dir"] = args.world
+    if args.tls_cert:
+        overrides["tls_cert_file"] = args.tls_cert
+        overrides["tls_key_file"] = args.tls_key
+    settings = Settings(**overrides)
+    from app.main import create_app
+
+    app = create_app(settings)
+    host = args.host or settings.host
+    configs = [uvicorn.Config(
+        app, host=host, port=args.port or settings.port, log_level="info", lifespan="on",
+        ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+        ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+    )]
+    if args.hooks_port:
+        # The second listener shares the first one's app and lifespan state.
+        configs.append(uvicorn.Config(app, host=host, port=args.hooks_port, log_level="info", lifespan="off"))
+
+    async def run() -> None:
+        servers = [uvicorn.Server(c) for c in configs]
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from app.admission.review import validate_offline
+
+    return validate_offline(args.file, args.world, args.old)
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="modeldeployment", description=__doc__)
+    sub = root.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the hooks and webhooks service")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--world", type=Path, default=None, help="a directory of YAML standing in for the cluster")
+    serve.add_argument("--tls-cert", type=Path, default=None)
+    serve.add_argument("--tls-key", type=Path, default=None)
+    serve.add_argument("--hooks-port", type=int, default=None,
+                       help="also serve plain HTTP on this port (Metacontroller hooks inside the cluster)")
+    serve.set_defaults(func=cmd_serve)
+
+    render = sub.add_parser("render", help="print the children and status the sync hook would return")
+    render.add_argument("-f", "--file", type=Path, required=True)
+    render.add_argument("--world", type=Path, default=DEFAULT_WORLD)
+    render.add_argument("-q", "--quiet", action="store_true", help="do not print side-effect intents")
+    render.set_defaults(func=cmd_render)
+
+    validate = sub.add_parser("validate", help="run the admission rules on a deployment (and its stored version)")
+    validate.add_argument("-f", "--file", type=Path, required=True)
+    validate.add_argument("--world", type=Path, default=DEFAULT_WORLD)
+    validate.add_argument("--old", type=Path, default=None, help="the stored object, to check an update")
+    validate.set_defaults(func=cmd_validate)
+
+    crds = sub.add_parser("crds", help="write the CRDs generated from the models")
+    crds.add_argument("--out", type=Path, default=CRD_DIR)
+    crds.set_defaults(func=cmd_crds)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

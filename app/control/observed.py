@@ -1,0 +1,116 @@
+"""Reading the observed world: a role's Pods by replica ordinal, and Kueue Workload state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import vocab
+
+
+def condition_true(obj: dict[str, Any], type_: str) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == type_:
+            return cond.get("status") == "True"
+    return False
+
+
+def workload_reserved(workload: dict[str, Any] | None) -> bool:
+    return workload is not None and condition_true(workload, "QuotaReserved")
+
+
+def workload_admitted(workload: dict[str, Any] | None) -> bool:
+    return workload is not None and condition_true(workload, "Admitted")
+
+
+def workload_evicted(workload: dict[str, Any] | None) -> bool:
+    return workload is not None and (condition_true(workload, "Evicted") or condition_true(workload, "Preempted"))
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    return condition_true(pod, "Ready")
+
+
+def pod_terminating(pod: dict[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_finished(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
+def pod_fingerprint(pod: dict[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_FINGERPRINT)
+
+
+def pod_uid(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return meta.get("uid") or meta.get("name", "")
+
+
+@dataclass
+class ObservedInstance:
+    """The Pods observed for one (role, ordinal)."""
+
+    ordinal: int
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+    def members(self) -> set[int]:
+        out = set()
+        for pod in self.pods:
+            value = ((pod.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_MEMBER_INDEX, "")
+            if value.isdigit():
+                out.add(int(value))
+        return out
+
+    @property
+    def terminating(self) -> bool:
+        return any(pod_terminating(p) for p in self.pods)
+
+    @property
+    def finished(self) -> bool:
+        return any(pod_finished(p) for p in self.pods)
+
+    def fingerprints(self) -> set[str | None]:
+        return {pod_fingerprint(p) for p in self.pods}
+
+    def ready(self, size: int) -> bool:
+        return len(self.pods) == size and not self.terminating and all(pod_ready(p) for p in self.pods)
+
+    def occurrence_key(self) -> str:
+        """Identifies this incarnation of the instance (its Pod UIDs): one Event per occurrence."""
+        return ",".join(sorted(pod_uid(p) for p in self.pods))
+
+
+def pods_by_role(deployment: str, pods: dict[str, Any] | None) -> dict[str, dict[int, ObservedInstance]]:
+    """role name -> ordinal -> observed instance, from Metacontroller's children map."""
+    out: dict[str, dict[int, ObservedInstance]] = {}
+    for pod in (pods or {}).values():
+        if not isinstance(pod, dict):
+            continue
+        pod_labels = (pod.get("metadata") or {}).get("labels") or {}
+        if pod_labels.get(vocab.LABEL_INSTANCE) != deployment:
+            continue
+        role = pod_labels.get(vocab.LABEL_COMPONENT)
+        ordinal = pod_labels.get(vocab.LABEL_POD_ORDINAL, "")
+        if not role or not ordinal.isdigit():
+            continue
+        by_ordinal = out.setdefault(role, {})
+        by_ordinal.setdefault(int(ordinal), ObservedInstance(int(ordinal))).pods.append(pod)
+    for by_ordinal in out.values():
+        for inst in by_ordinal.values():
+            inst.pods.sort(key=lambda p: (p.get("metadata") or {}).get("name", ""))
+    return out
+
+
+def as_child(observed: dict[str, Any]) -> dict[str, Any]:
+    """An observed object returned unchanged as a desired child (kept, never updated: OnDelete).
+
+    Only the fields we own are returned: server-set metadata and status would read as changes.
+    """
+    meta = observed.get("metadata") or {}
+    keep_meta = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k) is not None}
+    child = {"apiVersion": observed.get("apiVersion", "v1"), "kind": observed.get("kind", "Pod"), "metadata": keep_meta}
+    if "spec" in observed:
+        child["spec"] = observed["spec"]
+    return child

@@ -1,0 +1,193 @@
+"""The rollout planner: for each role and replica ordinal, keep, create, replace or shed.
+
+Pure: observed Pods and Workloads plus the role's current render in, desired Pods and intents out.
+The rules (the user's "Rollout behavior", "Replica departures", "One group per replica"):
+
+- scale-up is immediate: an ordinal nothing occupies is created on the first pass that sees it;
+- scale-down sheds the highest ordinals, deleting each departing replica's Pods and its Workload;
+- a replica whose render changed is replaced one per role at a time, and only while every replica
+  the role declares holds an admitted Workload (a replacement is a fresh admission);
+- a replica that is queued (not admitted) on an obsolete render is superseded at once;
+- a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole, once no
+  Pod of its ordinal is left on the API server; its standing Workload is deleted;
+- a Pod that still exists (e.g. on a NotReady node) keeps its ordinal occupied: never replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from app import vocab
+from app.control import observed as obs
+from app.control.intents import DeleteWorkload, Intent, RecordEvent
+from app.render import names
+from app.render.context import DeploymentContext
+from app.render.pod import RoleRender, instance_pods
+
+LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
+
+
+class Action(str, Enum):
+    KEEP = "keep"
+    CREATE = "create"
+    WAIT = "wait"  # nothing to return: the ordinal is empty and may not be filled yet
+    REPLACE = "replace"  # turnover for a changed render (the rollout cadence)
+    SUPERSEDE = "supersede"  # a queued replica on an obsolete render
+    REBUILD = "rebuild"  # a departure
+    SHED = "shed"  # scale-down
+
+
+@dataclass
+class OrdinalPlan:
+    ordinal: int
+    action: Action
+    pods: list[dict[str, Any]] = field(default_factory=list)  # desired Pods for this ordinal
+    up_to_date: bool = False
+    admitted: bool = False
+    reserved: bool = False
+    ready: bool = False
+    note: str = ""
+
+
+@dataclass
+class RolePlan:
+    role: str
+    ordinals: list[OrdinalPlan] = field(default_factory=list)
+    intents: list[Intent] = field(default_factory=list)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [pod for plan in self.ordinals for pod in plan.pods]
+
+    def count(self, *actions: Action) -> int:
+        return sum(1 for p in self.ordinals if p.action in actions)
+
+
+def _kept(pod: dict[str, Any]) -> dict[str, Any]:
+    child = obs.as_child(pod)
+    annotations = dict(child["metadata"].get("annotations") or {})
+    annotations.pop(LAST_APPLIED, None)
+    child["metadata"]["annotations"] = annotations
+    return child
+
+
+def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: str, what: str) -> RecordEvent:
+    replica = names.instance(ctx.name, role, ordinal)
+    message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
+               f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
+    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
+                       name=names.event(ctx.name, reason, f"{role}/{ordinal}/{key}"), reason=reason,
+                       type=vocab.EVENT_TYPE_NORMAL, message=message)
+
+
+def _delete_workload(ctx: DeploymentContext, group: str, workload: dict[str, Any] | None, why: str) -> list[Intent]:
+    return [DeleteWorkload(ctx.namespace, group, why)] if workload is not None else []
+
+
+def plan_role(
+    ctx: DeploymentContext,
+    render: RoleRender,
+    observed: dict[int, obs.ObservedInstance],
+    *,
+    finalizing: bool = False,
+) -> RolePlan:
+    role = render.role
+    replicas = 0 if finalizing else role.replicas
+    plan = RolePlan(role.name)
+    ordinals = sorted(set(range(role.replicas)) | set(observed))
+
+    def workload_of(ordinal: int) -> tuple[str, dict[str, Any] | None]:
+        group = names.pod_group(ctx.namespace, ctx.name, role.name, ordinal)
+        return group, ctx.world.workload(ctx.namespace, group)
+
+    # The cadence guard: a turnover starts only while every declared replica holds an admitted Workload.
+    def healthy(ordinal: int) -> bool:
+        inst = observed.get(ordinal)
+        _, workload = workload_of(ordinal)
+        return (inst is not None and len(inst.pods) == role.size and not inst.terminating and not inst.finished
+                and obs.workload_admitted(workload) and not obs.workload_evicted(workload))
+
+    turnover_allowed = render.hold is None and all(healthy(o) for o in range(replicas))
+
+    for ordinal in ordinals:
+        group, workload = workload_of(ordinal)
+        inst = observed.get(ordinal)
+        entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
+                            reserved=obs.workload_reserved(workload))
+        plan.ordinals.append(entry)
+
+        if ordinal >= replicas:
+            has_pods = inst is not None and bool(inst.pods)
+            if not has_pods and workload is None:
+                plan.ordinals.pop()  # nothing of this ordinal exists
+                continue
+            entry.action = Action.SHED
+            # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
+            plan.intents.append(DeleteWorkload(ctx.namespace, group, "deployment deleted" if finalizing else "scale-down"))
+            if has_pods and not finalizing:
+                plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_LEAVING, role.name, ordinal, inst.occurrence_key(),
+                                           "is leaving: the role was scaled down"))
+            continue
+
+        if inst is None or not inst.pods:
+            if workload is not None:
+                # A Workload standing for an empty ordinal holds quota for Pods that are gone.
+                entry.action = Action.WAIT
+                entry.note = "waiting for the departed replica's Workload to be deleted"
+                plan.intents += _delete_workload(ctx, group, workload, "departed replica")
+            elif render.hold is not None:
+                entry.action = Action.WAIT
+                entry.note = render.hold
+            else:
+                entry.action = Action.CREATE
+                entry.pods = instance_pods(ctx, render, ordinal)
+                entry.up_to_date = True
+            continue
+
+        current = inst.fingerprints() == {render.fingerprint}
+        entry.up_to_date = current
+        evicted = obs.workload_evicted(workload)
+        missing = len(inst.members()) < role.size
+        broken = inst.terminating or inst.finished or evicted or (missing and (entry.admitted or not current))
+        if broken:
+            entry.action = Action.REBUILD
+            reason = vocab.EVENT_REPLICA_EVICTED if evicted else vocab.EVENT_REPLICA_RESTARTED
+            what = "was evicted by Kueue and is rebuilt" if evicted else "lost a Pod and is rebuilt whole"
+            plan.intents.append(_event(ctx, reason, role.name, ordinal, inst.occurrence_key(), what))
+            plan.intents += _delete_workload(ctx, group, workload, "departed replica")
+            continue
+
+        if missing:
+            # A group not yet admitted that lacks a member (e.g. a failed create): add the member.
+            entry.action = Action.CREATE if render.hold is None else Action.KEEP
+            wanted = instance_pods(ctx, render, ordinal)
+            have = inst.members()
+            entry.pods = [_kept(p) for p in inst.pods]
+            if render.hold is None:
+                entry.pods += [p for m, p in enumerate(wanted) if m not in have]
+            continue
+
+        if current:
+            entry.action = Action.KEEP
+            entry.pods = instance_pods(ctx, render, ordinal)
+            entry.ready = inst.ready(role.size)
+            continue
+
+        if not entry.admitted and render.hold is None:
+            entry.action = Action.SUPERSEDE
+            plan.intents += _delete_workload(ctx, group, workload, "superseded by a newer render")
+            continue
+
+        if turnover_allowed:
+            turnover_allowed = False  # one replica per role per pass
+            entry.action = Action.REPLACE
+            plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, inst.occurrence_key(),
+                                       "is restarted to roll out a changed render"))
+            plan.intents += _delete_workload(ctx, group, workload, "rollout")
+            continue
+
+        entry.action = Action.KEEP
+        entry.pods = [_kept(p) for p in inst.pods]
+        entry.ready = inst.ready(role.size)
+    return plan

@@ -1,0 +1,181 @@
+"""Status: rebuilt from observed state on every sync, deterministic (SPEC §4).
+
+`lastTransitionTime` moves only when a condition's status moves; it is carried over from the
+parent's observed status, so a sync that changes nothing writes byte-identical status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app import vocab
+from app.control.rollout import Action, RolePlan
+from app.render import names
+from app.render.context import DeploymentContext
+from app.render.pod import RoleRender
+
+
+@dataclass(frozen=True)
+class ConditionValue:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def _cond(type_: str, status: str, reason: str, message: str) -> ConditionValue:
+    return ConditionValue(type_, status, reason, message)
+
+
+def domain_registered(ctx: DeploymentContext) -> ConditionValue:
+    t = vocab.COND_DOMAIN_REGISTERED
+    attachment = ctx.attachment
+    if attachment is None:
+        return _cond(t, "True", vocab.REASON_NOT_APPLICABLE, "no spec.kvCache: no shared pool is attached")
+    if attachment.usable:
+        domain = attachment.domain
+        return _cond(t, "True", vocab.REASON_REGISTERED,
+                     f"binding {attachment.binding} attaches pool {attachment.pool} in reuse domain "
+                     f"{domain.name if domain else 'default'}")
+    return _cond(t, "False", attachment.hold_reason or vocab.REASON_BINDING_NOT_READY,
+                 f"{attachment.hold_message}; new and replacement replicas are held, running ones keep serving")
+
+
+def quota_reserved(ctx: DeploymentContext, plans: list[RolePlan]) -> ConditionValue:
+    t = vocab.COND_QUOTA_RESERVED
+    declared = [p for plan in plans for p in plan.ordinals if p.action != Action.SHED]
+    if not declared:
+        return _cond(t, "Unknown", vocab.REASON_NO_REPLICAS, "no replica is declared")
+    have = sum(1 for p in declared if p.reserved)
+    want = len(declared)
+    if have == want:
+        return _cond(t, "True", vocab.REASON_RESERVED, f"{have} of {want} replicas have reserved quota")
+    evicted = sum(1 for p in declared if p.action == Action.REBUILD)
+    if evicted and have:
+        return _cond(t, "False", vocab.REASON_PREEMPTED_IN_PART,
+                     f"{evicted} replica(s) were evicted or departed; {have} of {want} replicas have reserved quota")
+    incomplete = [p for p in declared if p.action in (Action.CREATE, Action.WAIT)]
+    if incomplete:
+        return _cond(t, "False", vocab.REASON_POD_GROUP_INCOMPLETE,
+                     f"{want - len(incomplete)} of {want} replica pod groups are complete; {have} of {want} "
+                     f"replicas have reserved quota")
+    if have == 0 and not any(ctx.world.workloads):
+        return _cond(t, "Unknown", vocab.REASON_ADMISSION_IN_FLIGHT,
+                     f"0 of {want} replicas have a Kueue Workload yet")
+    return _cond(t, "False", vocab.REASON_PENDING, f"{have} of {want} replicas have reserved quota; the rest are queued")
+
+
+def cache_attached(ctx: DeploymentContext, renders: list[RoleRender], ready: int) -> ConditionValue:
+    t = vocab.COND_CACHE_ATTACHED
+    if ctx.attachment is None:
+        return _cond(t, "True", vocab.REASON_NOT_APPLICABLE, "no spec.kvCache")
+    unmanaged = [r.role.name for r in renders if r.unmanaged]
+    if unmanaged:
+        return _cond(t, "Unknown", vocab.REASON_UNMANAGED,
+                     f"role(s) {', '.join(unmanaged)} took over the command line: the operator configured no cache "
+                     f"client there and reports on none")
+    if ready == 0:
+        return _cond(t, "Unknown", vocab.REASON_NO_REPLICA_READY, "no replica is Ready yet")
+    return _cond(t, "True", vocab.REASON_CACHE_ACTIVE,
+                 f"{ready} ready replica(s) render the Mooncake client for pool {ctx.attachment.pool}")
+
+
+def replicas_up_to_date(plans: list[RolePlan]) -> ConditionValue:
+    t = vocab.COND_REPLICAS_UP_TO_DATE
+    rolling = []
+    rebuilding = []
+    for plan in plans:
+        declared = [p for p in plan.ordinals if p.action != Action.SHED]
+        outdated = sum(1 for p in declared if not p.up_to_date or p.action in (Action.REPLACE, Action.SUPERSEDE))
+        if outdated:
+            rolling.append(f"{plan.role}: {len(declared) - outdated} of {len(declared)} up to date")
+        if any(p.action == Action.REBUILD for p in declared):
+            rebuilding.append(plan.role)
+    if rolling:
+        return _cond(t, "False", vocab.REASON_ROLLOUT_IN_PROGRESS, "; ".join(rolling))
+    if rebuilding:
+        return _cond(t, "False", vocab.REASON_REPLACEMENT_IN_PROGRESS,
+                     f"departed replicas are being replaced in role(s) {', '.join(rebuilding)}")
+    return _cond(t, "True", vocab.REASON_UP_TO_DATE, "every replica runs the current render")
+
+
+def role_kinds_ready(ready_by_kind: dict[str, int]) -> ConditionValue:
+    t = vocab.COND_ROLE_KINDS_READY
+    if not ready_by_kind:
+        return _cond(t, "Unknown", vocab.REASON_NO_ROLE_STATUSES, "no role status yet")
+    missing = [k for k, n in ready_by_kind.items() if n == 0]
+    if missing:
+        return _cond(t, "False", vocab.REASON_KINDS_NOT_READY, f"no ready replica of kind(s) {', '.join(missing)}")
+    return _cond(t, "True", vocab.REASON_ALL_KINDS_READY, "every role kind has a ready replica")
+
+
+def kv_events_publishing(ctx: DeploymentContext, renders: list[RoleRender]) -> ConditionValue:
+    t = vocab.COND_KV_EVENTS_PUBLISHING
+    if ctx.md.spec.router is None:
+        return _cond(t, "False", vocab.REASON_NO_ROUTER, "KV events are published only to a router; no spec.router")
+    if ctx.md.spec.engine.name == vocab.ENGINE_SGLANG:
+        return _cond(t, "False", vocab.REASON_PUBLISHER_DISABLED, "SGLang renders no KV-event publisher")
+    producers = [r for r in renders if r.role.kind in (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)]
+    unmanaged = [r.role.name for r in producers if r.unmanaged]
+    if unmanaged:
+        return _cond(t, "Unknown", vocab.REASON_ROLE_UNMANAGED,
+                     f"role(s) {', '.join(unmanaged)} took over the command line; no publisher was rendered there")
+    if not producers:
+        return _cond(t, "True", vocab.REASON_NOT_APPLICABLE, "no role produces cache blocks")
+    return _cond(t, "True", vocab.REASON_PUBLISHING,
+                 f"publisher configured on role(s) {', '.join(r.role.name for r in producers)}")
+
+
+def weights_ready(ctx: DeploymentContext) -> ConditionValue:
+    t = vocab.COND_WEIGHTS_READY
+    if ctx.artifact is None:
+        return _cond(t, "True", vocab.REASON_NOT_APPLICABLE, "no model.artifactRef")
+    return _cond(t, "True" if ctx.artifact.ready else "False", ctx.artifact.reason,
+                 ctx.artifact.message + ("" if ctx.artifact.ready else "; no Pod is created until it resolves"))
+
+
+def merge_conditions(
+    values: list[ConditionValue], previous: list[dict[str, Any]], generation: int | None, now: str
+) -> list[dict[str, Any]]:
+    """Conditions with lastTransitionTime carried over while the status is unchanged."""
+    old = {c.get("type"): c for c in previous if isinstance(c, dict)}
+    out = []
+    for value in values:
+        prior = old.get(value.type)
+        moved = prior is None or prior.get("status") != value.status or not prior.get("lastTransitionTime")
+        cond: dict[str, Any] = {
+            "type": value.type,
+            "status": value.status,
+            "reason": value.reason,
+            "message": value.message,
+            "lastTransitionTime": now if moved else prior["lastTransitionTime"],  # type: ignore[index]
+        }
+        if generation is not None:
+            cond["observedGeneration"] = generation
+        out.append(cond)
+    return out
+
+
+def role_summary(ready_by_kind: dict[str, int], router_ready: int | None) -> str:
+    parts = []
+    if router_ready is not None:
+        parts.append(f"{router_ready}{vocab.ROUTER_LETTER}")
+    for kind in vocab.ROLE_KINDS:
+        if kind in ready_by_kind:
+            parts.append(f"{ready_by_kind[kind]}{vocab.ROLE_KIND_LETTER[kind]}")
+    return "".join(parts)
+
+
+def endpoint(ctx: DeploymentContext, renders: list[RoleRender]) -> str | None:
+    """The router Service when a router exists, else the first Server role's (or the first role's)."""
+    if ctx.md.spec.router is not None:
+        return f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{vocab.DEFAULT_SERVING_PORT}"
+    if not renders:
+        return None
+    front = next((r for r in renders if r.role.kind == vocab.ROLE_KIND_SERVER), renders[0])
+    return f"http://{names.role_service(ctx.name, front.role.name)}.{ctx.namespace}.svc:{front.ports.service}"
+
+
+def router_not_applicable() -> ConditionValue:
+    return _cond(vocab.COND_ROUTER_READY, "True", vocab.REASON_NOT_APPLICABLE, "no spec.router")

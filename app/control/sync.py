@@ -1,0 +1,247 @@
+"""The sync, finalize and customize logic: pure functions of the hook request.
+
+Handlers (app.web.hooks) parse the request, call these, hand the intents to the executor and
+answer. Nothing here performs I/O or reads a clock: `now` is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import vocab
+from app.api.hooks import HookRequest
+from app.api.v1 import ModelDeployment
+from app.control import gang, status
+from app.control import observed as obs
+from app.control.intents import DeleteWorkload, Intent, RecordEvent
+from app.control.rollout import Action, RolePlan, plan_role
+from app.render import names
+from app.render.context import DeploymentContext, RenderOptions, build_context
+from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
+from app.render.router import RouterRender, render_router
+from app.world import World
+
+# Come back while something waits on time rather than on a watched object.
+RESYNC_WAITING_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    options: RenderOptions = RenderOptions()
+    gang_release_after_seconds: float = 600.0
+
+
+@dataclass
+class SyncResult:
+    status: dict[str, Any]
+    children: list[dict[str, Any]]
+    intents: list[Intent] = field(default_factory=list)
+    resync_after: float | None = None
+    finalized: bool | None = None
+
+
+class SyncFailed(Exception):
+    """A pass that cannot build a replica: no status is written, a RenderFailed event says why."""
+
+    def __init__(self, message: str, *, resolves_later: bool, intents: list[Intent]) -> None:
+        super().__init__(message)
+        self.resolves_later = resolves_later
+        self.intents = intents
+
+
+def parse_parent(parent: dict[str, Any]) -> ModelDeployment:
+    return ModelDeployment.model_validate(parent)
+
+
+def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent]]:
+    renders: list[RoleRender] = []
+    events: list[Intent] = []
+    failures: list[RenderError] = []
+    for role in ctx.md.spec.roles:
+        try:
+            render = render_role(ctx, role)
+        except RenderError as exc:
+            failures.append(exc)
+            continue
+        renders.append(render)
+        if render.skipped_runtime_versions:
+            events.append(_skew_event(ctx, render))
+    if failures:
+        message = "; ".join(str(f) for f in failures)
+        event = RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
+                            name=names.event(ctx.name, vocab.EVENT_RENDER_FAILED, message),
+                            reason=vocab.EVENT_RENDER_FAILED, type=vocab.EVENT_TYPE_WARNING, message=message)
+        raise SyncFailed(message, resolves_later=all(f.resolves_later for f in failures), intents=[*events, event])
+    return renders, events
+
+
+def _skew_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent:
+    skipped = ", ".join(render.skipped_runtime_versions)
+    message = (f"role {render.role.name}: InstanceType {render.role.instance_type} reports runtime versions "
+               f"{render.runtime_version}, {skipped}; the image uses the lowest, {render.runtime_version}, which runs "
+               f"on every node of the pool (skipped: {skipped})")
+    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
+                       name=names.event(ctx.name, vocab.EVENT_RUNTIME_VERSION_SKEW, message),
+                       reason=vocab.EVENT_RUNTIME_VERSION_SKEW, type=vocab.EVENT_TYPE_WARNING, message=message)
+
+
+def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[dict[str, Any]]:
+    services = [role_service(ctx, render)]
+    if render.role.size > 1:
+        for entry in plan.ordinals:
+            if entry.action != Action.SHED and entry.ordinal < render.role.replicas:
+                services.append(instance_service(ctx, render, entry.ordinal))
+    return services
+
+
+def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool) -> tuple[str, str]:
+    if finalizing or md.metadata.deletion_timestamp:
+        return vocab.PHASE_DELETING, "the deployment is being deleted"
+    if all_ready:
+        return vocab.PHASE_READY, "every declared replica is Ready"
+    previous = (md.status or {}).get("phase")
+    if previous in (vocab.PHASE_READY, vocab.PHASE_DEGRADED):
+        return vocab.PHASE_DEGRADED, "a role has fewer Ready replicas than declared"
+    return vocab.PHASE_STARTING, "replicas are starting"
+
+
+def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult:
+    """One pass of sync (or finalize when `request.finalizing`)."""
+    md = parse_parent(request.parent)
+    world = World.from_related(request.related)
+    ctx = build_context(md, world, settings.options)
+    finalizing = request.finalizing
+    renders, intents = _render_roles(ctx)
+    observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
+
+    plans: list[RolePlan] = []
+    children: list[dict[str, Any]] = []
+    for render in renders:
+        plan = plan_role(ctx, render, observed_pods.get(render.role.name, {}), finalizing=finalizing)
+        plans.append(plan)
+        intents.extend(plan.intents)
+        children.extend(plan.pods())
+        if not finalizing:
+            children.extend(_services(ctx, render, plan))
+    # Pods of roles no longer declared (cannot happen through admission, but never leak them).
+    declared = {r.role.name for r in renders}
+    for role_name, by_ordinal in observed_pods.items():
+        if role_name in declared:
+            continue
+        for ordinal in by_ordinal:
+            group = names.pod_group(ctx.namespace, ctx.name, role_name, ordinal)
+            intents.append(DeleteWorkload(ctx.namespace, group, "role no longer declared"))
+
+    router: RouterRender | None = None if finalizing else render_router(ctx, renders, request.children)
+    if router is not None:
+        children.extend(router.children)
+
+    if not finalizing:
+        intents.extend(gang.admission_checks(ctx, plans, now=now,
+                                             release_after_seconds=settings.gang_release_after_seconds))
+
+    result_status = build_status(ctx, renders, plans, router, finalizing=finalizing, now=now)
+    waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
+    result = SyncResult(status=result_status, children=children, intents=intents,
+                        resync_after=RESYNC_WAITING_SECONDS if waiting or not gang.verdict(plans).complete else None)
+    if finalizing:
+        workloads_left = any(
+            world.workload(ctx.namespace, names.pod_group(ctx.namespace, ctx.name, plan.role, p.ordinal)) is not None
+            for plan in plans for p in plan.ordinals)
+        result.finalized = not observed_pods and not workloads_left
+        result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
+    return result
+
+
+def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
+                 router: "RouterRender | None", *, finalizing: bool, now: str) -> dict[str, Any]:
+    role_statuses = []
+    ready_by_kind: dict[str, int] = {}
+    total_ready = 0
+    all_ready = True
+    for render, plan in zip(renders, plans):
+        declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
+        ready = sum(1 for p in declared if p.ready)
+        reserved = sum(1 for p in declared if p.reserved)
+        total_ready += ready
+        ready_by_kind[render.role.kind] = ready_by_kind.get(render.role.kind, 0) + ready
+        all_ready = all_ready and ready == render.role.replicas
+        entry: dict[str, Any] = {
+            "name": render.role.name,
+            "kind": render.role.kind,
+            "desired": render.role.replicas,
+            "ready": ready,
+            "quotaReserved": reserved,
+            "unmanaged": render.unmanaged,
+            "image": render.image,
+        }
+        if render.kv_events:
+            service = names.role_service(ctx.name, render.role.name)
+            entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
+                                          f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
+            entry["kvEventsTopic"] = "kv@"
+        role_statuses.append(entry)
+    router_ready = router.ready if router is not None else None
+    if router is not None:
+        all_ready = all_ready and router.ready >= 1
+    phase, phase_message = _phase(ctx.md, finalizing, all_ready)
+    values = [
+        status.domain_registered(ctx),
+        status.quota_reserved(ctx, plans),
+        status.cache_attached(ctx, renders, total_ready),
+        status.replicas_up_to_date(plans),
+        status.role_kinds_ready(ready_by_kind),
+        status.kv_events_publishing(ctx, renders),
+        router.condition if router is not None else status.router_not_applicable(),
+        status.weights_ready(ctx),
+    ]
+    previous = (ctx.md.status or {}).get("conditions") or []
+    out: dict[str, Any] = {
+        "phase": phase,
+        "phaseMessage": phase_message,
+        "roleSummary": status.role_summary(ready_by_kind, router_ready),
+        "roles": role_statuses,
+        "conditions": status.merge_conditions(values, previous, ctx.md.metadata.generation, now),
+    }
+    endpoint = status.endpoint(ctx, renders)
+    if endpoint:
+        out["endpoint"] = endpoint
+    if ctx.attachment is not None:
+        kv: dict[str, Any] = {"binding": ctx.attachment.binding}
+        if ctx.attachment.pool:
+            kv["pool"] = ctx.attachment.pool
+        if ctx.attachment.domain is not None:
+            kv["domain"] = ctx.attachment.domain.wire()
+        out["kvCache"] = kv
+    if router is not None:
+        out["router"] = router.status
+    return out
+
+
+def customize(parent: dict[str, Any]) -> dict[str, Any]:
+    """Related objects Metacontroller should watch and hand to sync (SPEC §12)."""
+    md = parse_parent(parent)
+    namespace = md.metadata.namespace
+    rules: list[dict[str, Any]] = [{
+        "apiVersion": vocab.API_VERSION,
+        "resource": vocab.PLURAL_INSTANCE_TYPES,
+        "names": sorted({r.instance_type for r in md.spec.roles}),
+    }]
+    if md.spec.kv_cache is not None:
+        rules.append({"apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_KV_CACHE_POOL_BINDINGS,
+                      "namespace": namespace, "names": [md.spec.kv_cache.pool_ref.name]})
+        # The pool and backend names live in the Binding, which customize cannot read: watch them all
+        # (cluster-scoped and few).
+        rules.append({"apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_KV_CACHE_POOLS,
+                      "labelSelector": {"matchLabels": {}}})
+        rules.append({"apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_KV_CACHE_BACKENDS,
+                      "labelSelector": {"matchLabels": {}}})
+    if md.spec.model.artifact_ref is not None:
+        rules.append({"apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_MODEL_ARTIFACTS,
+                      "namespace": namespace, "names": [md.spec.model.artifact_ref.name]})
+    groups = [names.pod_group(namespace, md.metadata.name, role.name, ordinal)
+              for role in md.spec.roles for ordinal in range(role.replicas)]
+    rules.append({"apiVersion": vocab.KUEUE_API_VERSION, "resource": vocab.PLURAL_WORKLOADS,
+                  "namespace": namespace, "names": groups})
+    return {"relatedResources": rules}

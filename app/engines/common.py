@@ -1,0 +1,98 @@
+"""What an engine renderer hands the Pod renderer: argv, env, annotations, volumes, ports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import vocab
+from app.api.v1 import Role
+from app.render.context import DeploymentContext
+
+KV_ROLE = {vocab.ROLE_KIND_SERVER: "kv_both", vocab.ROLE_KIND_PREFILL: "kv_producer", vocab.ROLE_KIND_DECODE: "kv_consumer"}
+
+
+@dataclass
+class EngineRender:
+    argv: list[str] = field(default_factory=list)
+    # Operator-owned variables (admission refuses a user duplicate) in render order.
+    env: list[dict[str, Any]] = field(default_factory=list)
+    # Defaulted variables: a user's own value wins, with no refusal.
+    defaulted_env: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    # Extra container ports the engine opens (KV events), as (name, port).
+    ports: list[tuple[str, int]] = field(default_factory=list)
+
+
+def compact_json(document: dict[str, Any]) -> str:
+    """Stable JSON for argv and annotations (sorted keys, no spaces): part of the fingerprint."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def value_env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def cache_rendered(ctx: DeploymentContext, role: Role) -> bool:
+    """A managed role on a usable attachment gets the cache client."""
+    return role.managed and ctx.attachment is not None and ctx.attachment.usable
+
+
+def dtype_rendered(ctx: DeploymentContext, role: Role) -> str | None:
+    """The Binding's dtype, rendered as --kv-cache-dtype while the operator owns that flag."""
+    if not cache_rendered(ctx, role) or not ctx.options.kv_cache_dtype_owned:
+        return None
+    domain = ctx.attachment.domain if ctx.attachment else None
+    return domain.dtype if domain and domain.dtype else None
+
+
+def tenant(ctx: DeploymentContext) -> str:
+    domain = ctx.attachment.domain if ctx.attachment else None
+    return domain.name if domain and domain.name else "default"
+
+
+def kv_events_rendered(ctx: DeploymentContext, role: Role) -> bool:
+    """Routed vLLM roles that produce cache blocks publish KV events; decoders need not."""
+    return (
+        ctx.md.spec.router is not None
+        and ctx.md.spec.engine.name == vocab.ENGINE_VLLM
+        and role.managed
+        and role.kind in (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)
+    )
+
+
+def transfer_leg_rendered(ctx: DeploymentContext, role: Role) -> bool:
+    """The direct prefill-to-decode leg: a routed pair's managed Prefill and Decode roles."""
+    return ctx.routed_pair and role.managed and role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE)
+
+
+def role_protocols(ctx: DeploymentContext, role: Role) -> frozenset[str]:
+    """Transports this role's engine actually renders: the cache backend's and the direct leg's."""
+    protocols: set[str] = set()
+    if cache_rendered(ctx, role) and ctx.attachment is not None:
+        protocols.add(ctx.attachment.protocol)
+    if transfer_leg_rendered(ctx, role):
+        protocols.add(ctx.transfer_protocol)
+    return frozenset(protocols)
+
+
+def model_source(ctx: DeploymentContext) -> tuple[str, dict[str, Any] | None, str | None]:
+    """(what the engine loads, a model volume or None, a revision or None) for the served model."""
+    state = ctx.artifact
+    if state is None or state.artifact is None or not state.ready:
+        return ctx.md.spec.model.name, None, None
+    source = state.artifact.spec.source
+    if source.persistent_volume_claim is not None:
+        pvc = source.persistent_volume_claim
+        path = vocab.MODEL_MOUNT_PATH
+        if pvc.path:
+            path = f"{path}/{pvc.path.strip('/')}" if pvc.path.strip("/") else path
+        volume = {"name": vocab.MODEL_VOLUME, "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}}
+        return path, volume, None
+    revision = state.artifact.status.resolved.revision if state.artifact.status.resolved else None
+    if source.hugging_face is not None:
+        return source.hugging_face.repository, None, revision or source.hugging_face.revision
+    return ctx.md.spec.model.name, None, revision

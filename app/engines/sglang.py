@@ -1,0 +1,80 @@
+"""SGLang: the managed command line, the Mooncake store by environment, and the direct leg.
+
+SGLang's Mooncake store reads, in order, an extra-config argument, a config-path file, then the
+MOONCAKE_* environment. The operator sets neither of the first two: that is what selects the
+environment loader, the only one that can carry the Pod IP (`MOONCAKE_LOCAL_HOSTNAME`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import vocab
+from app.api.v1 import Role
+from app.engines.common import (
+    EngineRender,
+    cache_rendered,
+    dtype_rendered,
+    model_source,
+    tenant,
+    transfer_leg_rendered,
+    value_env,
+)
+from app.render.context import DeploymentContext
+
+DISAGGREGATION_MODE = {vocab.ROLE_KIND_PREFILL: "prefill", vocab.ROLE_KIND_DECODE: "decode"}
+
+
+def store_env(ctx: DeploymentContext) -> list[dict[str, Any]]:
+    attachment = ctx.attachment
+    assert attachment is not None and attachment.endpoint is not None
+    return [
+        value_env(vocab.ENV_MOONCAKE_MASTER, attachment.endpoint),
+        value_env(vocab.ENV_MOONCAKE_TE_META_DATA_SERVER, "P2PHANDSHAKE"),
+        value_env(vocab.ENV_MOONCAKE_PROTOCOL, attachment.protocol),
+        value_env(vocab.ENV_MOONCAKE_DEVICE, ""),
+        value_env(vocab.ENV_MOONCAKE_GLOBAL_SEGMENT_SIZE, "0"),
+        {"name": vocab.ENV_MOONCAKE_LOCAL_HOSTNAME, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        value_env(vocab.ENV_MOONCAKE_TENANT_ID, tenant(ctx)),
+    ]
+
+
+def transfer_backend(ctx: DeploymentContext) -> str:
+    """`mooncake_tcp` forces TCP on a tcp leg; every other transport is Mooncake's own choice."""
+    return "mooncake_tcp" if ctx.transfer_protocol == "tcp" else "mooncake"
+
+
+def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
+    out = EngineRender()
+    load, volume, revision = model_source(ctx)
+    # SGLang binds 127.0.0.1 by default: always render the wildcard host.
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", load, "--host", "0.0.0.0"]
+    if listen_port is not None:
+        argv += ["--port", str(listen_port)]
+    if load != ctx.md.spec.model.name:
+        argv += ["--served-model-name", ctx.md.spec.model.name]
+    if revision:
+        argv += ["--revision", revision]
+    if volume is not None:
+        out.volumes.append(volume)
+        out.mounts.append({"name": vocab.MODEL_VOLUME, "mountPath": vocab.MODEL_MOUNT_PATH, "readOnly": True})
+    if cache_rendered(ctx, role):
+        if role.kind == vocab.ROLE_KIND_DECODE:
+            argv += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
+        else:
+            argv += ["--enable-hierarchical-cache"]
+        argv += ["--hicache-storage-backend", "mooncake"]
+        out.env.extend(store_env(ctx))
+        out.defaulted_env[vocab.ENV_MC_TE_METRIC] = "1"
+        out.defaulted_env[vocab.ENV_MC_STORE_CLIENT_METRIC_BANDWIDTH] = "1"
+    if transfer_leg_rendered(ctx, role):
+        argv += ["--disaggregation-mode", DISAGGREGATION_MODE[role.kind],
+                 "--disaggregation-transfer-backend", transfer_backend(ctx)]
+        if role.kind == vocab.ROLE_KIND_PREFILL:
+            argv += ["--disaggregation-bootstrap-port", str(vocab.PREFILL_BOOTSTRAP_PORT)]
+            out.ports.append(("bootstrap", vocab.PREFILL_BOOTSTRAP_PORT))
+    dtype = dtype_rendered(ctx, role)
+    if dtype:
+        argv += ["--kv-cache-dtype", dtype]
+    out.argv = argv + list(role.extra_args)
+    return out

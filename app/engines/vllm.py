@@ -1,0 +1,117 @@
+"""vLLM: the managed command line, the Mooncake client file, KV events and the direct leg."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import vocab
+from app.api.v1 import Role
+from app.engines.common import (
+    KV_ROLE,
+    EngineRender,
+    cache_rendered,
+    compact_json,
+    dtype_rendered,
+    kv_events_rendered,
+    model_source,
+    tenant,
+    transfer_leg_rendered,
+    value_env,
+)
+from app.render.context import DeploymentContext
+
+STORE_CONNECTOR = "MooncakeStoreConnector"
+DIRECT_CONNECTOR = "MooncakeConnector"
+MULTI_CONNECTOR = "MultiConnector"
+LOCAL_BUFFER_SIZE = 134217728
+
+
+def client_config(ctx: DeploymentContext) -> dict[str, Any]:
+    """The MooncakeStoreConnector client JSON (read from MOONCAKE_CONFIG_PATH)."""
+    attachment = ctx.attachment
+    assert attachment is not None and attachment.endpoint is not None
+    return {
+        "master_server_address": attachment.endpoint,
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": attachment.protocol,
+        "device_name": "",
+        "global_segment_size": 0,
+        "mode": "standalone-store",
+        "local_buffer_size": LOCAL_BUFFER_SIZE,
+        "tenant_id": tenant(ctx),
+    }
+
+
+def kv_events_config() -> dict[str, Any]:
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{vocab.KV_EVENTS_PORT}",
+        "replay_endpoint": f"tcp://*:{vocab.KV_EVENTS_REPLAY_PORT}",
+        "buffer_steps": 10000,
+        "hwm": 100000,
+        "max_queue_size": 100000,
+        "topic": "kv@",
+    }
+
+
+def kv_transfer_config(ctx: DeploymentContext, role: Role) -> dict[str, Any] | None:
+    """Store connector for a cache, direct connector for a routed pair, both through MultiConnector."""
+    kv_role = KV_ROLE[role.kind]
+    connectors = []
+    if transfer_leg_rendered(ctx, role):
+        connectors.append({"kv_connector": DIRECT_CONNECTOR, "kv_role": kv_role})
+    if cache_rendered(ctx, role):
+        connectors.append({"kv_connector": STORE_CONNECTOR, "kv_role": kv_role})
+    if not connectors:
+        return None
+    if len(connectors) == 1:
+        return connectors[0]
+    return {"kv_connector": MULTI_CONNECTOR, "kv_role": kv_role, "kv_connector_extra_config": {"connectors": connectors}}
+
+
+def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
+    """A managed vLLM role. `listen_port` None means the user's own --port stays in charge."""
+    out = EngineRender()
+    load, volume, revision = model_source(ctx)
+    argv = ["vllm", "serve", load, "--host", "0.0.0.0"]
+    if listen_port is not None:
+        argv += ["--port", str(listen_port)]
+    if load != ctx.md.spec.model.name:
+        argv += ["--served-model-name", ctx.md.spec.model.name]
+    if revision:
+        argv += ["--revision", revision]
+    if volume is not None:
+        out.volumes.append(volume)
+        out.mounts.append({"name": vocab.MODEL_VOLUME, "mountPath": vocab.MODEL_MOUNT_PATH, "readOnly": True})
+    transfer = kv_transfer_config(ctx, role)
+    if transfer is not None:
+        argv += ["--kv-transfer-config", compact_json(transfer)]
+    if kv_events_rendered(ctx, role):
+        argv += ["--kv-events-config", compact_json(kv_events_config())]
+        out.ports += [("kv-events", vocab.KV_EVENTS_PORT), ("kv-replay", vocab.KV_EVENTS_REPLAY_PORT)]
+    dtype = dtype_rendered(ctx, role)
+    if dtype:
+        argv += ["--kv-cache-dtype", dtype]
+    if cache_rendered(ctx, role):
+        out.annotations[vocab.ANNOTATION_KVCACHE_CLIENT_CONFIG] = compact_json(client_config(ctx))
+        out.volumes.append({
+            "name": vocab.KVCACHE_VOLUME,
+            "downwardAPI": {"items": [{
+                "path": vocab.KVCACHE_CONFIG_FILE,
+                "fieldRef": {"fieldPath": f"metadata.annotations['{vocab.ANNOTATION_KVCACHE_CLIENT_CONFIG}']"},
+            }]},
+        })
+        out.mounts.append({"name": vocab.KVCACHE_VOLUME, "mountPath": vocab.KVCACHE_CONFIG_DIR, "readOnly": True})
+        out.env.append(value_env(vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.KVCACHE_CONFIG_PATH))
+        out.defaulted_env[vocab.ENV_MC_TE_METRIC] = "1"
+        out.defaulted_env[vocab.ENV_MC_STORE_CLIENT_METRIC_BANDWIDTH] = "1"
+    if transfer_leg_rendered(ctx, role):
+        out.env.append(value_env(vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, str(vocab.PREFILL_BOOTSTRAP_PORT)))
+        out.defaulted_env.setdefault(vocab.ENV_MC_TE_METRIC, "1")
+        if ctx.transfer_protocol == "tcp":
+            out.defaulted_env[vocab.ENV_MC_FORCE_TCP] = "1"
+        if role.kind == vocab.ROLE_KIND_PREFILL:
+            out.ports.append(("bootstrap", vocab.PREFILL_BOOTSTRAP_PORT))
+    out.argv = argv + list(role.extra_args)
+    return out

@@ -1,0 +1,132 @@
+"""The only module that talks to the API server (lightkube: kubeconfig, TLS and retries are its job).
+
+Two users: the executor (Workload deletes, admission-check state, Events, the AdmissionCheck
+object) and the webhooks (live reads of the cluster objects a decision depends on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError, ConfigError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.core_v1 import Event
+from lightkube.types import PatchType
+
+from app import vocab
+from app.api.v1 import ModelDeployment
+from app.world import World
+
+log = logging.getLogger(__name__)
+
+InstanceTypeRes = create_global_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_INSTANCE_TYPE, vocab.PLURAL_INSTANCE_TYPES)
+KVCachePoolRes = create_global_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_KV_CACHE_POOL, vocab.PLURAL_KV_CACHE_POOLS)
+KVCacheBackendRes = create_global_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_KV_CACHE_BACKEND,
+                                           vocab.PLURAL_KV_CACHE_BACKENDS)
+BindingRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_KV_CACHE_POOL_BINDING,
+                                        vocab.PLURAL_KV_CACHE_POOL_BINDINGS)
+ArtifactRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_ARTIFACT,
+                                         vocab.PLURAL_MODEL_ARTIFACTS)
+WorkloadRes = create_namespaced_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, vocab.KIND_WORKLOAD,
+                                         vocab.PLURAL_WORKLOADS)
+AdmissionCheckRes = create_global_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, "AdmissionCheck", "admissionchecks")
+
+
+class ClusterUnreachable(Exception):
+    """The API server could not be read: admission fails closed with this message."""
+
+
+def load_config(kubeconfig: Path | None) -> KubeConfig | None:
+    """In-cluster service account, else $KUBECONFIG / ~/.kube/config; None when neither exists."""
+    try:
+        if kubeconfig is not None:
+            return KubeConfig.from_file(kubeconfig)
+        return KubeConfig.from_env()
+    except (ConfigError, FileNotFoundError, OSError) as exc:
+        log.info("no Kubernetes API configuration found (%s): side effects are logged and skipped", exc)
+        return None
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+class Kube:
+    """A thin async facade over lightkube for exactly the calls the operator makes."""
+
+    def __init__(self, config: KubeConfig, *, timeout: float) -> None:
+        self.client = AsyncClient(config, timeout=httpx.Timeout(timeout), field_manager=vocab.EVENT_SOURCE_COMPONENT)
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # --- reads for admission -----------------------------------------------------------------
+
+    async def _get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return _plain(await self.client.get(res, name, namespace=namespace))
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise ClusterUnreachable(f"the API server refused to read {res.__name__} {name!r}: {exc.status.message}") from exc
+
+    async def world_for(self, md: ModelDeployment) -> World:
+        """Every object one deployment's admission reads, fetched live (no cache decides admission)."""
+        namespace = md.metadata.namespace
+        try:
+            async with asyncio.timeout(self.timeout):
+                reads = [self._get(InstanceTypeRes, name) for name in sorted({r.instance_type for r in md.spec.roles})]
+                if md.spec.model.artifact_ref is not None:
+                    reads.append(self._get(ArtifactRes, md.spec.model.artifact_ref.name, namespace))
+                objects = list(await asyncio.gather(*reads))
+                if md.spec.kv_cache is not None and md.spec.kv_cache.pool_ref.name:
+                    binding = await self._get(BindingRes, md.spec.kv_cache.pool_ref.name, namespace)
+                    objects.append(binding)
+                    pool_name = ((binding or {}).get("spec") or {}).get("poolRef", {}).get("name")
+                    if pool_name:
+                        pool = await self._get(KVCachePoolRes, pool_name)
+                        objects.append(pool)
+                        for backend in ((pool or {}).get("spec") or {}).get("backends") or []:
+                            if isinstance(backend, dict) and backend.get("name"):
+                                objects.append(await self._get(KVCacheBackendRes, backend["name"]))
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
+        return World.of(o for o in objects if o)
+
+    # --- side effects ------------------------------------------------------------------------
+
+    async def delete_workload(self, namespace: str, name: str) -> bool:
+        """True when deleted or already gone."""
+        try:
+            await self.client.delete(WorkloadRes, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return True
+            raise
+        return True
+
+    async def create_event(self, body: dict[str, Any]) -> None:
+        """Creates the Event once; a second create of the same occurrence is a no-op."""
+        try:
+            await self.client.create(Event.from_dict(body), namespace=body["metadata"]["namespace"])
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+
+    async def apply_workload_check(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Server-side apply of our admission-check entry on workloads/status, as its controller."""
+        await self.client.patch(WorkloadRes.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
+                                field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
+
+    async def apply_admission_check(self, spec_body: dict[str, Any], status_body: dict[str, Any]) -> None:
+        """Keeps our AdmissionCheck present and Active (or the ClusterQueues using it go inactive)."""
+        await self.client.patch(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME, spec_body, patch_type=PatchType.APPLY,
+                                field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
+        await self.client.patch(AdmissionCheckRes.Status, vocab.ADMISSION_CHECK_NAME, status_body,
+                                patch_type=PatchType.APPLY, field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)

@@ -1,0 +1,89 @@
+"""The FastAPI application: Metacontroller hooks, admission webhooks, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.control.sync import SyncSettings
+from app.kube.client import Kube, load_config
+from app.kube.executor import Executor
+from app.settings import Settings
+from app.web import hooks, webhooks
+from app.web.state import ServiceState
+from app.world import DirectoryWorld
+
+log = logging.getLogger("app")
+
+
+def build_state(settings: Settings) -> ServiceState:
+    kube = None
+    if settings.kube != "off":
+        config = load_config(settings.kubeconfig)
+        if config is not None:
+            kube = Kube(config, timeout=settings.api_timeout_seconds)
+    directory = DirectoryWorld(settings.world_dir) if settings.world_dir else None
+    return ServiceState(
+        settings=settings,
+        sync_settings=SyncSettings(options=settings.render_options(),
+                                   gang_release_after_seconds=settings.gang_release_after_seconds),
+        executor=Executor(kube),
+        kube=kube,
+        directory_world=directory,
+    )
+
+
+async def _keep_admission_check_active(state: ServiceState) -> None:
+    """Kueue deactivates ClusterQueues whose AdmissionCheck is not Active: keep ours Active."""
+    while True:
+        try:
+            await state.executor.keep_admission_check_active()
+        except Exception as exc:  # noqa: BLE001 - keep trying; the next round may succeed
+            log.warning("could not keep the AdmissionCheck active: %s", exc)
+        await asyncio.sleep(state.settings.admission_check_keeper_seconds)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = build_state(settings)
+        app.state.service = state
+        keeper = asyncio.create_task(_keep_admission_check_active(state)) if state.kube is not None else None
+        try:
+            yield
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
+            if state.kube is not None:
+                await state.kube.close()
+
+    app = FastAPI(title="ModelDeployment operator", version="0.1.0", lifespan=lifespan)
+    app.include_router(hooks.router)
+    app.include_router(webhooks.router)
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> str:
+        return "ok"
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+app = create_app()

@@ -1,0 +1,78 @@
+"""Every name the operator derives: Pods, Services, Kueue pod groups, the router objects.
+
+Names are functions of the deployment, role, ordinal and member, so that each Pod can address
+the others before any of them exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_MAX = 63
+FINGERPRINT_LENGTH = 10
+
+
+def fnv64a(text: str) -> int:
+    """FNV-1a 64-bit: stable across processes and Python versions (unlike hash())."""
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value ^= byte
+        value = (value * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
+def role_service(deployment: str, role: str) -> str:
+    """The ClusterIP Service in front of a role's leaders."""
+    return f"{deployment}-{role}"
+
+
+def instance(deployment: str, role: str, ordinal: int) -> str:
+    """An instance's name: its headless Service and the subdomain of its Pods."""
+    return f"{deployment}-{role}-r{ordinal}"
+
+
+def member_pod(deployment: str, role: str, ordinal: int, member: int) -> str:
+    """A Pod of an instance above size 1: fixed, so peers can address it before it exists."""
+    return f"{instance(deployment, role, ordinal)}-m{member}"
+
+
+def single_pod(deployment: str, role: str, ordinal: int, fingerprint: str) -> str:
+    """A size-1 Pod: the name changes with the render, so users select replicas by label."""
+    return f"{instance(deployment, role, ordinal)}-{fingerprint[:FINGERPRINT_LENGTH]}"
+
+
+def leader_address(deployment: str, role: str, ordinal: int) -> str:
+    """`<m0 hostname>.<instance subdomain>`: resolvable from inside the Pod's namespace."""
+    return f"{member_pod(deployment, role, ordinal, 0)}.{instance(deployment, role, ordinal)}"
+
+
+def pod_group(namespace: str, deployment: str, role: str, ordinal: int) -> str:
+    """Kueue pod-group (and Workload) name of one replica: stable per ordinal, a DNS-1123 label."""
+    digest = fnv64a(f"{namespace}/{deployment}/{role}/{ordinal}")
+    return f"gpustack-fnv64-{digest:016x}"
+
+
+def fingerprint(canonical_json: bytes) -> str:
+    """Short content hash of a rendered object."""
+    return hashlib.sha256(canonical_json).hexdigest()[:16]
+
+
+def router(deployment: str) -> str:
+    """Every router object (Deployment, Service, ConfigMap, ServiceAccount, Role, RoleBinding)."""
+    return f"{deployment}-router"
+
+
+def event(deployment: str, reason: str, key: str) -> str:
+    """Deterministic Event name: the same occurrence is recorded once, not on every sync."""
+    return f"{deployment}.{reason.lower()}.{fnv64a(key):016x}"
+
+
+def longest_generated_name(deployment: str, role: str, replicas: int, size: int) -> str:
+    """The longest hostname/label a role will generate for the declared replicas and size."""
+    last = replicas - 1
+    if size > 1:
+        return member_pod(deployment, role, last, size - 1)
+    return single_pod(deployment, role, last, "0" * FINGERPRINT_LENGTH)

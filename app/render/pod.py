@@ -1,0 +1,316 @@
+"""Pure rendering of one role: its Pod template, its Pods per replica, and its Services.
+
+A role renders one template (everything that comes from the spec and the world); each Pod is
+that template stamped with its replica ordinal and member index. The template's hash is the
+fingerprint: a replica whose Pods carry another fingerprint was built from an older render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app import vocab
+from app.api.cluster import InstanceType
+from app.api.v1 import Role
+from app.engines import argv as engine_argv
+from app.engines import sglang, vllm
+from app.engines.common import EngineRender, kv_events_rendered, role_protocols
+from app.render import labels, names
+from app.render.context import DeploymentContext
+from app.render.image import ImageChoice, ImageError, role_image
+from app.render.resources import ResourceError, pod_resources
+
+ENGINE_CONTAINER = "engine"
+STARTUP_PERIOD_SECONDS = 10
+# Loading a large model can take long; one hour before the kubelet gives up on startup.
+STARTUP_FAILURE_THRESHOLD = 360
+
+
+class RenderError(Exception):
+    """A role that cannot be built. `resolves_later` says whether waiting can fix it."""
+
+    def __init__(self, message: str, *, resolves_later: bool) -> None:
+        super().__init__(message)
+        self.resolves_later = resolves_later
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where a role listens: the Service keeps `service`; the container opens `container`."""
+
+    service: int
+    container: int
+    # The --port the operator fills in (None when the user's own --port is in charge).
+    filled: int | None
+
+
+@dataclass
+class RoleRender:
+    role: Role
+    image: str
+    fingerprint: str
+    ports: Ports
+    template: dict[str, Any]
+    # Why no new replica of this role may be created now (None: free to create).
+    hold: str | None = None
+    skipped_runtime_versions: tuple[str, ...] = ()
+    runtime_version: str | None = None
+    kv_events: bool = False
+    extra_children: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unmanaged(self) -> bool:
+        return not self.role.managed
+
+
+def user_port(engine: str, role: Role) -> int | None:
+    """The --port the engine will read from the role's own arguments, if any."""
+    args = role.extra_args if role.managed else (engine_argv.engine_args_of_command(engine, role.command or []) or [])
+    reading = engine_argv.read_port(engine, args)
+    return reading.port
+
+
+def role_ports(engine: str, role: Role) -> Ports:
+    if role.ports:
+        declared = role.ports[0].port
+        return Ports(service=declared, container=declared, filled=declared if role.managed else None)
+    own = user_port(engine, role)
+    if own is not None:
+        return Ports(service=vocab.DEFAULT_SERVING_PORT, container=own, filled=None)
+    filled = vocab.DEFAULT_SERVING_PORT if role.managed else None
+    return Ports(service=vocab.DEFAULT_SERVING_PORT, container=vocab.DEFAULT_SERVING_PORT, filled=filled)
+
+
+def _engine_render(ctx: DeploymentContext, role: Role, ports: Ports) -> EngineRender:
+    if not role.managed:
+        return EngineRender(argv=list(role.command or []))
+    renderer = vllm if ctx.md.spec.engine.name == vocab.ENGINE_VLLM else sglang
+    return renderer.render(ctx, role, listen_port=ports.filled)
+
+
+def _env(role: Role, engine: EngineRender) -> list[dict[str, Any]]:
+    """Owned variables, then defaulted ones the user did not set, then the user's own."""
+    user = [{"name": e.name, "value": e.value or ""} for e in role.env]
+    user_names = {e.name for e in role.env}
+    defaulted = [{"name": k, "value": v} for k, v in engine.defaulted_env.items() if k not in user_names]
+    env = list(engine.env) + defaulted + user
+    if role.size > 1:
+        env += [
+            {"name": vocab.ENV_REPLICA_SIZE, "value": str(role.size)},
+            {"name": vocab.ENV_MEMBER_INDEX,
+             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{vocab.LABEL_MEMBER_INDEX}']"}}},
+        ]
+    return env
+
+
+def _volumes(role: Role, engine: EngineRender) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for index, extra in enumerate(role.additional_volumes):
+        name = f"extra-{index}"
+        if extra.config_map is not None:
+            volumes.append({"name": name, "configMap": {"name": extra.config_map.name}})
+        elif extra.secret is not None:
+            volumes.append({"name": name, "secret": {"secretName": extra.secret.name}})
+        elif extra.host_path is not None:
+            host: dict[str, Any] = {"path": extra.host_path.path}
+            if extra.host_path.type:
+                host["type"] = extra.host_path.type
+            volumes.append({"name": name, "hostPath": host})
+        else:
+            continue
+        mount: dict[str, Any] = {"name": name, "mountPath": extra.mount_path}
+        if extra.read_only is not None:
+            mount["readOnly"] = extra.read_only
+        if extra.sub_path:
+            mount["subPath"] = extra.sub_path
+        mounts.append(mount)
+    if not any(v.mount_path.rstrip("/") == vocab.SHM_PATH for v in role.additional_volumes):
+        volumes.append({"name": vocab.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": vocab.SHM_SIZE_LIMIT}})
+        mounts.append({"name": vocab.SHM_VOLUME, "mountPath": vocab.SHM_PATH})
+    return volumes + engine.volumes, mounts + engine.mounts
+
+
+def _probes(port: int) -> dict[str, Any]:
+    check = {"httpGet": {"path": vocab.HEALTH_PATH, "port": port}}
+    return {
+        "startupProbe": {**check, "periodSeconds": STARTUP_PERIOD_SECONDS, "failureThreshold": STARTUP_FAILURE_THRESHOLD},
+        "readinessProbe": {**check, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**check, "periodSeconds": 10, "failureThreshold": 3},
+    }
+
+
+def _container_ports(role: Role, ports: Ports, engine: EngineRender) -> list[dict[str, Any]]:
+    out = [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}]
+    seen = {(ports.container, "TCP")}
+    for extra in role.ports:
+        if (extra.port, extra.protocol) in seen:
+            continue
+        seen.add((extra.port, extra.protocol))
+        out.append({"name": f"port-{extra.port}", "containerPort": extra.port, "protocol": extra.protocol})
+    for name, port in engine.ports:
+        if (port, "TCP") not in seen:
+            seen.add((port, "TCP"))
+            out.append({"name": name, "containerPort": port, "protocol": "TCP"})
+    return out
+
+
+def instance_type_of(ctx: DeploymentContext, role: Role) -> InstanceType:
+    instance_type = ctx.world.instance_types.get(role.instance_type)
+    if instance_type is None:
+        raise RenderError(
+            f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} does not exist; create it or "
+            f"name an existing type (resolves once it exists)", resolves_later=True)
+    return instance_type
+
+
+def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
+    """The role's template and fingerprint, or a RenderError naming what to fix."""
+    instance_type = instance_type_of(ctx, role)
+    try:
+        choice: ImageChoice = role_image(ctx.md, role, instance_type)
+    except ImageError as exc:
+        raise RenderError(str(exc), resolves_later=exc.resolves_later) from exc
+    queue = instance_type.status.entrance
+    if not queue:
+        raise RenderError(
+            f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} has not published its Kueue "
+            f"entrance (status.entrance) yet; Pods are created once it does", resolves_later=True)
+    engine = ctx.md.spec.engine.name
+    ports = role_ports(engine, role)
+    rendered = _engine_render(ctx, role, ports)
+    try:
+        resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
+    except ResourceError as exc:
+        raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=False) from exc
+    volumes, mounts = _volumes(role, rendered)
+
+    container: dict[str, Any] = {
+        "name": ENGINE_CONTAINER,
+        "image": choice.image,
+        "command": rendered.argv,
+        "ports": _container_ports(role, ports, rendered),
+        "resources": {"requests": resources, "limits": dict(resources)},
+        "volumeMounts": mounts,
+        **_probes(ports.container),
+    }
+    env = _env(role, rendered)
+    if env:
+        container["env"] = env
+    if role.image_pull_policy:
+        container["imagePullPolicy"] = role.image_pull_policy
+    if role.privileged is not None:
+        container["securityContext"] = {"privileged": role.privileged}
+
+    pod_labels = {
+        **labels.common(ctx.name, role.name),
+        vocab.LABEL_ROLE_KIND: role.kind_label,
+        vocab.LABEL_KUEUE_QUEUE_NAME: queue,
+    }
+    annotations = {
+        vocab.ANNOTATION_KUEUE_GROUP_TOTAL_COUNT: str(role.size),
+        vocab.ANNOTATION_KUEUE_ROLE_HASH: role.name,
+        vocab.ANNOTATION_KUEUE_GROUP_SERVING: "true",
+        **rendered.annotations,
+    }
+    if role.topology and role.topology.required_level:
+        annotations[vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = role.topology.required_level
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "restartPolicy": "Always",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": role.termination_grace_period_seconds or vocab.DEFAULT_TERMINATION_GRACE_SECONDS,
+    }
+    if role.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s.name} for s in role.image_pull_secrets]
+    template = {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": pod_labels, "annotations": annotations},
+                "spec": spec}
+    fingerprint = names.fingerprint(orjson.dumps(template, option=orjson.OPT_SORT_KEYS))
+    hold = None
+    if role.managed and ctx.attachment is not None and not ctx.attachment.usable:
+        hold = ctx.attachment.hold_message
+    if ctx.artifact is not None and not ctx.artifact.ready:
+        hold = ctx.artifact.message
+    return RoleRender(role=role, image=choice.image, fingerprint=fingerprint, ports=ports, template=template,
+                      hold=hold, skipped_runtime_versions=choice.skipped_runtime_versions,
+                      runtime_version=choice.runtime_version, kv_events=kv_events_rendered(ctx, role))
+
+
+def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> list[dict[str, Any]]:
+    """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index."""
+    role = render.role
+    group = names.pod_group(ctx.namespace, ctx.name, role.name, ordinal)
+    template = render.template
+    base_container = template["spec"]["containers"][0]
+    pods = []
+    for member in range(role.size):
+        meta_labels = {
+            **template["metadata"]["labels"],
+            vocab.LABEL_POD_ORDINAL: str(ordinal),
+            vocab.LABEL_MEMBER_INDEX: str(member),
+            vocab.LABEL_KUEUE_POD_GROUP_NAME: group,
+        }
+        annotations = {**template["metadata"]["annotations"], vocab.ANNOTATION_FINGERPRINT: render.fingerprint}
+        container = dict(base_container)
+        spec = dict(template["spec"])
+        if role.size > 1:
+            name = names.member_pod(ctx.name, role.name, ordinal, member)
+            spec["hostname"] = name
+            spec["subdomain"] = names.instance(ctx.name, role.name, ordinal)
+            leader = {"name": vocab.ENV_LEADER_ADDRESS, "value": names.leader_address(ctx.name, role.name, ordinal)}
+            container["env"] = [leader, *base_container.get("env", [])]
+            if member > 0:
+                # Only the leader serves the OpenAI API; workers have no HTTP listener to probe.
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    container.pop(probe, None)
+        else:
+            name = names.single_pod(ctx.name, role.name, ordinal, render.fingerprint)
+        spec["containers"] = [container, *template["spec"]["containers"][1:]]
+        pods.append({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ctx.namespace, "labels": meta_labels, "annotations": annotations},
+            "spec": spec,
+        })
+    return pods
+
+
+def role_service(ctx: DeploymentContext, render: RoleRender) -> dict[str, Any]:
+    role = render.role
+    ports = [{"name": vocab.PORT_NAME_HTTP, "port": render.ports.service, "targetPort": render.ports.container,
+              "protocol": "TCP"}]
+    if render.kv_events:
+        ports += [
+            {"name": "kv-events", "port": vocab.KV_EVENTS_PORT, "targetPort": vocab.KV_EVENTS_PORT, "protocol": "TCP"},
+            {"name": "kv-replay", "port": vocab.KV_EVENTS_REPLAY_PORT, "targetPort": vocab.KV_EVENTS_REPLAY_PORT,
+             "protocol": "TCP"},
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.role_service(ctx.name, role.name), "namespace": ctx.namespace,
+                     "labels": labels.common(ctx.name, role.name)},
+        "spec": {"type": "ClusterIP", "selector": labels.leader_selector(ctx.name, role.name), "ports": ports},
+    }
+
+
+def instance_service(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> dict[str, Any]:
+    """Headless Service per instance above size 1: peers resolve before any of them is Ready."""
+    role = render.role
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.instance(ctx.name, role.name, ordinal), "namespace": ctx.namespace,
+                     "labels": {**labels.common(ctx.name, role.name), vocab.LABEL_POD_ORDINAL: str(ordinal)}},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels.instance_selector(ctx.name, role.name, ordinal),
+            "ports": [{"name": vocab.PORT_NAME_HTTP, "port": render.ports.container,
+                       "targetPort": render.ports.container, "protocol": "TCP"}],
+        },
+    }

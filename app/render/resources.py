@@ -1,0 +1,121 @@
+"""Pod resources from the role's accelerator request and its InstanceType (SPEC §5, §13).
+
+CPU, memory and ephemeral storage are not user fields: they are the type's per-unit resources
+scaled by what one Pod takes of a card. Requests equal limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from app import quantity
+from app.api.cluster import InstanceType
+from app.api.v1 import RoleResources
+
+EPHEMERAL_STORAGE = Decimal(15 * 2**30)
+RDMA_SHARED = "device.gpustack.ai/rdma.shared"
+RDMA_DEDICATED = "device.gpustack.ai/rdma"
+EFA = "vpc.amazonaws.com/efa"
+
+
+class ResourceError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class AcceleratorMode:
+    """Which of the three request shapes one Pod uses."""
+
+    kind: str  # "none" | "whole" | "slice" | "partition"
+    cards: int = 0
+
+
+def accelerator_count(resources: RoleResources, instance_type: InstanceType) -> int:
+    """Cards per Pod; an unset count is 1 on an acceleratable type (the webhook's default)."""
+    if resources.accelerator is None:
+        return 1 if instance_type.spec.acceleratable else 0
+    count = quantity.whole(resources.accelerator)
+    if count is None or count < 0:
+        raise ResourceError(f"resources.accelerator {resources.accelerator!r} is not a whole number of cards")
+    return count
+
+
+def mode_of(resources: RoleResources, instance_type: InstanceType) -> AcceleratorMode:
+    if not instance_type.spec.acceleratable:
+        return AcceleratorMode("none")
+    cards = accelerator_count(resources, instance_type)
+    if resources.accelerator_partitioned_profile:
+        return AcceleratorMode("partition", cards)
+    if resources.accelerator_sliced_memory_percentage or resources.accelerator_sliced_cores_percentage:
+        return AcceleratorMode("slice", cards)
+    return AcceleratorMode("whole", cards)
+
+
+def _share_of_card(resources: RoleResources, instance_type: InstanceType, mode: AcceleratorMode) -> Decimal:
+    """How many cards' worth of host resources one Pod gets."""
+    if mode.kind == "none":
+        return Decimal(1)
+    if mode.kind == "whole":
+        return Decimal(max(mode.cards, 1))
+    if mode.kind == "slice":
+        percent = resources.accelerator_sliced_memory_percentage or resources.accelerator_sliced_cores_percentage or 0
+        return Decimal(percent) / 100
+    profile = next((p for p in instance_type.status.detail.sliced_detail.physical.profiles
+                    if p.name == resources.accelerator_partitioned_profile), None)
+    card_memory = instance_type.status.detail.memory
+    if profile is None or not profile.memory_mib or card_memory is None:
+        return Decimal(1)
+    card_mib = quantity.parse(card_memory) / 2**20
+    if card_mib <= 0:
+        return Decimal(1)
+    percent = min(max((Decimal(profile.memory_mib) / card_mib * 100), Decimal(1)), Decimal(100))
+    return percent / 100
+
+
+def accelerator_requests(resources: RoleResources, instance_type: InstanceType) -> dict[str, str]:
+    mode = mode_of(resources, instance_type)
+    base = instance_type.spec.accelerator_resource
+    if mode.kind == "none" or not base:
+        return {}
+    if mode.kind == "whole":
+        return {base: str(mode.cards)} if mode.cards > 0 else {}
+    if mode.kind == "slice":
+        memory = resources.accelerator_sliced_memory_percentage or resources.accelerator_sliced_cores_percentage
+        cores = resources.accelerator_sliced_cores_percentage or resources.accelerator_sliced_memory_percentage
+        return {f"{base}.sliced": "1", f"{base}.sliced.memory-percentage": str(memory),
+                f"{base}.sliced.cores-percentage": str(cores)}
+    return {f"{base}.partitioned": "1", f"{base}.partitioned.mig-{resources.accelerator_partitioned_profile}": "1"}
+
+
+def interface_requests(resources: RoleResources, protocols: frozenset[str]) -> dict[str, str]:
+    """Fabric devices for `resources.interface`, following the transports the role renders."""
+    if resources.interface is None:
+        return {}
+    count = quantity.whole(resources.interface)
+    if not count or count <= 0:
+        return {}
+    if "efa" in protocols:
+        return {EFA: str(count)}
+    if "rdma" in protocols:
+        return {RDMA_SHARED: "1"} if count == 1 else {RDMA_DEDICATED: str(count)}
+    return {}
+
+
+def pod_resources(resources: RoleResources, instance_type: InstanceType, protocols: frozenset[str]) -> dict[str, str]:
+    """The requests (= limits) of one engine Pod."""
+    mode = mode_of(resources, instance_type)
+    share = _share_of_card(resources, instance_type, mode)
+    units = instance_type.spec.unit_resources
+    out: dict[str, str] = {}
+    if units.cpu is not None:
+        out["cpu"] = quantity.cpu(quantity.parse(units.cpu) * share)
+    if units.ram is not None:
+        out["memory"] = quantity.memory(quantity.parse(units.ram) * share)
+    storage = EPHEMERAL_STORAGE
+    if instance_type.spec.local_storage is not None:
+        storage = min(storage, quantity.parse(instance_type.spec.local_storage))
+    out["ephemeral-storage"] = quantity.memory(storage)
+    out.update(accelerator_requests(resources, instance_type))
+    out.update(interface_requests(resources, protocols))
+    return out

@@ -1,0 +1,132 @@
+"""The cluster objects a render or an admission decision reads: one World, several sources.
+
+- Metacontroller's `related` map (the sync hook),
+- a directory of YAML (local runs, tests, `modeldeployment render`),
+- the API server, read live (the webhooks; see app.kube.client).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import ValidationError
+
+from app import vocab
+from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact
+
+log = logging.getLogger(__name__)
+
+_CLUSTER_KINDS = {
+    vocab.KIND_INSTANCE_TYPE: InstanceType,
+    vocab.KIND_KV_CACHE_POOL: KVCachePool,
+    vocab.KIND_KV_CACHE_BACKEND: KVCacheBackend,
+}
+_NAMESPACED_KINDS = {
+    vocab.KIND_KV_CACHE_POOL_BINDING: KVCachePoolBinding,
+    vocab.KIND_MODEL_ARTIFACT: ModelArtifact,
+}
+
+
+@dataclass
+class World:
+    instance_types: dict[str, InstanceType] = field(default_factory=dict)
+    pools: dict[str, KVCachePool] = field(default_factory=dict)
+    backends: dict[str, KVCacheBackend] = field(default_factory=dict)
+    bindings: dict[tuple[str, str], KVCachePoolBinding] = field(default_factory=dict)
+    artifacts: dict[tuple[str, str], ModelArtifact] = field(default_factory=dict)
+    # Kueue Workloads by (namespace, name), kept raw: we read a few status fields only.
+    workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def binding(self, namespace: str, name: str) -> KVCachePoolBinding | None:
+        return self.bindings.get((namespace, name))
+
+    def artifact(self, namespace: str, name: str) -> ModelArtifact | None:
+        return self.artifacts.get((namespace, name))
+
+    def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.workloads.get((namespace, name))
+
+    def add(self, obj: dict[str, Any]) -> None:
+        """Adds one object by its kind; objects of other kinds are ignored."""
+        kind = obj.get("kind")
+        meta = obj.get("metadata") or {}
+        name, namespace = meta.get("name", ""), meta.get("namespace", "")
+        if kind == vocab.KIND_WORKLOAD:
+            self.workloads[(namespace, name)] = obj
+            return
+        model = _CLUSTER_KINDS.get(kind or "") or _NAMESPACED_KINDS.get(kind or "")
+        if model is None:
+            return
+        try:
+            parsed = model.model_validate(obj)
+        except ValidationError as exc:
+            # A malformed supporting object reads as absent; the reason names it in logs.
+            log.warning("ignoring malformed %s %s/%s: %s", kind, namespace, name, exc.errors()[:3])
+            return
+        if kind == vocab.KIND_INSTANCE_TYPE:
+            self.instance_types[name] = parsed  # type: ignore[assignment]
+        elif kind == vocab.KIND_KV_CACHE_POOL:
+            self.pools[name] = parsed  # type: ignore[assignment]
+        elif kind == vocab.KIND_KV_CACHE_BACKEND:
+            self.backends[name] = parsed  # type: ignore[assignment]
+        elif kind == vocab.KIND_KV_CACHE_POOL_BINDING:
+            self.bindings[(namespace, name)] = parsed  # type: ignore[assignment]
+        elif kind == vocab.KIND_MODEL_ARTIFACT:
+            self.artifacts[(namespace, name)] = parsed  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, objects: Iterable[dict[str, Any]]) -> "World":
+        world = cls()
+        for obj in objects:
+            if isinstance(obj, dict):
+                world.add(obj)
+        return world
+
+    @classmethod
+    def from_related(cls, related: dict[str, dict[str, Any]] | None) -> "World":
+        """Metacontroller v2 `related`: {"Kind.group/version": {"ns/name" or "name": object}}."""
+        objects: list[dict[str, Any]] = []
+        for by_name in (related or {}).values():
+            if isinstance(by_name, dict):
+                objects.extend(o for o in by_name.values() if isinstance(o, dict))
+        return cls.of(objects)
+
+
+def load_yaml_objects(path: Path) -> list[dict[str, Any]]:
+    """Every object in a YAML file or a directory of them (Lists are flattened)."""
+    files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+    objects: list[dict[str, Any]] = []
+    for file in files:
+        with file.open() as handle:
+            for doc in yaml.safe_load_all(handle):
+                if not isinstance(doc, dict):
+                    continue
+                if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
+                    objects.extend(item for item in doc["items"] if isinstance(item, dict))
+                else:
+                    objects.append(doc)
+    return objects
+
+
+class DirectoryWorld:
+    """A world read from a directory of YAML; re-read when a file changes, so edits apply live."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._signature: tuple[Any, ...] | None = None
+        self._world = World()
+
+    def _current_signature(self) -> tuple[Any, ...]:
+        files = sorted(self.path.rglob("*.y*ml")) if self.path.is_dir() else [self.path]
+        return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.exists())
+
+    def snapshot(self) -> World:
+        signature = self._current_signature()
+        if signature != self._signature:
+            self._world = World.of(load_yaml_objects(self.path))
+            self._signature = signature
+        return self._world
