@@ -1,7 +1,67 @@
-"""Admission webhooks (AdmissionReview v1) for ModelDeployment."""
+"""Admission webhooks (AdmissionReview v1) for ModelDeployment: thin HTTP over app.admission.review.
+
+`POST /webhooks/mutate` and `POST /webhooks/validate`. A JSON object always gets HTTP 200 and an
+AdmissionReview (refusing what it cannot read); a body that is not a JSON object is not an
+AdmissionReview at all and gets 400. Never a 5xx.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app.admission import review
+from app.api.v1 import ModelDeployment
+from app.kube.client import ClusterUnreachable
+from app.web.state import ServiceState
+from app.world import World
 
 router = APIRouter(prefix="/webhooks", tags=["admission"])
+
+
+def world_source(state: ServiceState | None) -> review.WorldSource:
+    """Cluster objects for one decision: the world directory when set, else the API server, read live."""
+
+    async def source(md: ModelDeployment) -> World:
+        if state is not None and state.directory_world is not None:
+            return state.directory_world.snapshot()
+        if state is not None and state.kube is not None:
+            return await state.kube.world_for(md)
+        raise ClusterUnreachable("no API server is configured for the webhook (and no world directory is set)")
+
+    return source
+
+
+async def _body(request: Request) -> dict | JSONResponse:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return JSONResponse({"error": f"the body is not JSON, so not an AdmissionReview: {exc}"}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "the body is not a JSON object, so not an AdmissionReview"}, status_code=400)
+    return body
+
+
+def _state(request: Request) -> ServiceState | None:
+    return getattr(request.app.state, "service", None)
+
+
+@router.post("/mutate")
+async def mutate(request: Request) -> JSONResponse:
+    body = await _body(request)
+    if isinstance(body, JSONResponse):
+        return body
+    return JSONResponse(await review.mutate_review(body, world_source(_state(request))))
+
+
+@router.post("/validate")
+async def validate(request: Request) -> JSONResponse:
+    body = await _body(request)
+    if isinstance(body, JSONResponse):
+        return body
+    state = _state(request)
+    owned = state.settings.kv_cache_dtype_owned if state is not None else True
+    return JSONResponse(await review.validate_review(body, world_source(state), kv_cache_dtype_owned=owned))

@@ -1,0 +1,375 @@
+"""The rules that read a role's command line and environment (SPEC §10 rules 12–15, the api-key warning).
+
+The command line is read the way the engine's own parser reads it (`app.engines.argv`): unique
+prefixes, vLLM's `_`→`-` and dotted members, `=value`, synonyms such as `-tp`. Kubernetes expands
+`$(NAME)` references in a container's command line from its environment, so a token is read after
+that expansion (with the role's own `env`) — a flag cannot hide behind a variable.
+
+Which line is read:
+- a managed role (no `command`): `extraArgs`, appended after the operator's arguments;
+- a take-over role: the engine's arguments inside `command` when they can be read
+  (`vllm serve …`, `python -m sglang.launch_server …`); `extraArgs` beside a take-over command is
+  inert — read by nobody, refused nothing — and a warning says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app import vocab
+from app.admission.model import Notice, Refusal, Subject, role_path
+from app.api.v1 import Role
+from app.engines import argv as engine_argv
+
+# TEMPORARY until app.engines.owned lands: the SPEC §6 table.
+class owned:  # noqa: N801
+    _FLAGS = {vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config", "--kv-events-config"}),
+              vocab.ENGINE_SGLANG: frozenset({"--hicache-storage-backend", "--hicache-storage-backend-extra-config",
+                                              "--disaggregation-mode", "--disaggregation-transfer-backend",
+                                              "--disaggregation-bootstrap-port"})}
+    _ENV = {vocab.ENGINE_VLLM: frozenset({"MOONCAKE_CONFIG_PATH", "VLLM_MOONCAKE_BOOTSTRAP_PORT"}),
+            vocab.ENGINE_SGLANG: frozenset({"SGLANG_HICACHE_MOONCAKE_CONFIG_PATH", "MOONCAKE_MASTER",
+                                            "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_PROTOCOL", "MOONCAKE_DEVICE",
+                                            "MOONCAKE_GLOBAL_SEGMENT_SIZE", "MOONCAKE_LOCAL_HOSTNAME",
+                                            "MOONCAKE_TENANT_ID"})}
+
+    @staticmethod
+    def owned_flags(engine: str) -> frozenset[str]:
+        return owned._FLAGS[engine]
+
+    @staticmethod
+    def owned_env(engine: str) -> frozenset[str]:
+        return owned._ENV[engine]
+
+from app.engines.common import kv_events_rendered
+from app.render.context import RenderOptions, build_context
+from app.world import World
+
+TAKE_OVER = "take over the command line with roles[].command"
+
+
+@dataclass(frozen=True)
+class RoleLine:
+    """The engine arguments admission reads for one role, and how to name each token's field path."""
+
+    args: list[str]
+    field: str  # "extraArgs" or "command"
+    offset: int | None  # index of args[0] inside that field; None when tokens cannot be mapped back
+
+    def path(self, index: int, role_index: int) -> str:
+        if self.offset is None:
+            return role_path(role_index, self.field)
+        return role_path(role_index, f"{self.field}[{index + self.offset}]")
+
+
+def _env_map(role: Role) -> dict[str, str]:
+    return {e.name: e.value or "" for e in role.env}
+
+
+def role_line(engine: str, role: Role) -> RoleLine | None:
+    """What the engine will read from the user for this role, or None when admission cannot read it."""
+    env = _env_map(role)
+    if role.managed:
+        return RoleLine([engine_argv.expand_references(a, env) for a in role.extra_args], "extraArgs", 0)
+    command = list(role.command or [])
+    args = engine_argv.engine_args_of_command(engine, command)
+    if args is None:
+        return None
+    offset = len(command) - len(args) if command[len(command) - len(args):] == args else None
+    return RoleLine([engine_argv.expand_references(a, env) for a in args], "command", offset)
+
+
+def _shown(option: engine_argv.Option) -> str:
+    return option.spelling
+
+
+def _is_spelling_of(option: engine_argv.Option) -> str:
+    """`--kv_transfer_config is --kv-transfer-config, which` / `--kv-transfer-config, which`."""
+    if option.spelling == option.flag:
+        return f"{option.flag}, which"
+    return f"{option.spelling} is {option.flag}, which"
+
+
+# --- rule 12: owned keys ----------------------------------------------------------------------
+
+
+def owned_arguments(subject: Subject) -> list[Refusal]:
+    """Rule 12 (arguments): an owned flag in a managed role's extraArgs, in any spelling the engine reads."""
+    engine = subject.engine
+    flags = owned.owned_flags(engine)
+    out: list[Refusal] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        if not role.managed:
+            continue
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        parsed = engine_argv.parse_argv(engine, line.args)
+        for option in parsed.options:
+            if option.flag in flags:
+                out.append(Refusal(line.path(option.index, index),
+                                   f"{_is_spelling_of(option)} the operator owns on {engine}",
+                                   f"remove it, or {TAKE_OVER}"))
+        for amb in parsed.ambiguous:
+            hits = sorted({c for c in amb.candidates if _canonical(engine, c) in flags})
+            if hits:
+                out.append(Refusal(line.path(amb.index, index),
+                                   f"{amb.token.partition('=')[0]} is an ambiguous prefix of {', '.join(amb.candidates[:6])}"
+                                   f"{'…' if len(amb.candidates) > 6 else ''}, among them {', '.join(hits)}, which the "
+                                   f"operator owns on {engine}; {engine} refuses an ambiguous option",
+                                   f"spell the option you mean in full; an owned one cannot be set here — {TAKE_OVER}"))
+    return out
+
+
+def _canonical(engine: str, option_string: str) -> str:
+    from app.engines.flags import flags_for
+
+    return flags_for(engine).canonical(option_string)
+
+
+def owned_env(subject: Subject) -> list[Refusal]:
+    """Rule 12 (environment): an owned variable name in a role's env.
+
+    Managed roles: every name the engine's row owns, plus the replica variables. Take-over roles:
+    the replica variables (rendered for every role above size 1) and MOONCAKE_TENANT_ID on the
+    engines that own it (the reuse domain is a security property); the other cache variables are
+    the take-over role's own, since the operator configures no cache client for it."""
+    engine = subject.engine
+    names = owned.owned_env(engine)
+    out: list[Refusal] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        for j, entry in enumerate(role.env):
+            name = entry.name
+            path = role_path(index, f"env[{j}].name")
+            if name in vocab.REPLICA_ENV:
+                out.append(Refusal(path, f"{name} is owned by the operator on every engine: it tells each Pod of an "
+                                   "instance its leader, size and index above size 1, and is reserved at every size so "
+                                   "that widening an instance later cannot turn an accepted deployment into a refused one",
+                                   "remove it; read the value the operator sets inside the container"))
+            elif name == vocab.ENV_MOONCAKE_TENANT_ID and name in names:
+                out.append(Refusal(path, f"{name} is owned by the operator on {engine}: it carries the reuse domain of "
+                                   "the deployment's KVCachePoolBinding, and a workload able to set it could write into "
+                                   "another binding's domain",
+                                   "remove it; the tenant comes from the binding named by spec.kvCache.poolRef — a "
+                                   "namespace needing another reuse boundary asks its administrator for another binding"))
+            elif role.managed and name in names:
+                out.append(Refusal(path, f"{name} is owned by the operator on {engine}",
+                                   f"remove it, or {TAKE_OVER}"))
+    return out
+
+
+# --- rule 13: --kv-cache-dtype ----------------------------------------------------------------
+
+KV_CACHE_DTYPE = "--kv-cache-dtype"
+
+
+def _carries_dtype(engine: str, role: Role | None) -> bool:
+    if role is None or not role.managed:
+        return False
+    line = role_line(engine, role)
+    return line is not None and bool(engine_argv.parse_argv(engine, line.args).of(KV_CACHE_DTYPE))
+
+
+def kv_cache_dtype(subject: Subject) -> list[Refusal]:
+    """Rule 13: --kv-cache-dtype in a managed role's extraArgs while spec.kvCache is set and the setting is on.
+
+    A stored object that already carried the flag keeps running on its own value (it comes later on
+    the command line and wins); its next update is refused until the flag is removed — except the
+    update made while it is being deleted (the one that clears its finalizer)."""
+    md = subject.md
+    if md.spec.kv_cache is None or not subject.kv_cache_dtype_owned:
+        return []
+    engine = subject.engine
+    binding_name = md.spec.kv_cache.pool_ref.name
+    dtype = None
+    if subject.world is not None:
+        binding = subject.world.binding(md.metadata.namespace, binding_name)
+        dtype = binding.spec.domain.dtype if binding is not None else None
+    rendered = (f"the dtype of KVCachePoolBinding {binding_name!r} ({dtype})" if dtype
+                else f"the dtype of KVCachePoolBinding {binding_name!r}")
+    out: list[Refusal] = []
+    for index, role in enumerate(md.spec.roles):
+        if not role.managed:
+            continue
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        found = engine_argv.parse_argv(engine, line.args).of(KV_CACHE_DTYPE)
+        if not found:
+            continue
+        stored = _carries_dtype(engine, subject.old_role(role.name))
+        if stored and subject.deleting:
+            continue  # grandfathered: the update that clears the finalizer on deletion
+        for option in found:
+            problem = (f"{_is_spelling_of(option)} the operator owns on {engine} while spec.kvCache is set: it "
+                       f"renders {rendered} there, because cache blocks must be written in the binding's dtype")
+            if stored:
+                problem += ("; the stored deployment carries it and keeps running on its own value, but every update "
+                            "is refused until it is removed")
+            out.append(Refusal(line.path(option.index, index), problem,
+                               "remove it; to serve another dtype, use a KVCachePoolBinding whose domain has that dtype "
+                               f"(spec.kvCache is frozen: that is another deployment), or {TAKE_OVER}"))
+    return out
+
+
+# --- rule 14: ports ---------------------------------------------------------------------------
+
+
+def _reserved_ports(subject: Subject, role: Role) -> dict[int, str]:
+    ctx = build_context(subject.md, subject.world or World(), RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
+    reserved: dict[int, str] = {}
+    if kv_events_rendered(ctx, role):
+        reason = "the KV-event {} port the operator declares on a routed vLLM role that produces cache blocks"
+        reserved[vocab.KV_EVENTS_PORT] = reason.format("publisher")
+        reserved[vocab.KV_EVENTS_REPLAY_PORT] = reason.format("replay")
+    pair = {vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE} <= ctx.kinds
+    if (role.managed and role.kind == vocab.ROLE_KIND_PREFILL and pair
+            and (subject.md.spec.router is not None or subject.md.spec.kv_cache is not None)):
+        reserved[vocab.PREFILL_BOOTSTRAP_PORT] = "the prefiller's bootstrap port in a routed or cached prefill/decode pair"
+    return reserved
+
+
+def ports(subject: Subject) -> list[Refusal]:
+    """Rule 14: a --port other than the first declared port; a reserved port declared or passed."""
+    engine = subject.engine
+    out: list[Refusal] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        reserved = _reserved_ports(subject, role)
+        for j, declared in enumerate(role.ports):
+            if declared.port in reserved:
+                out.append(Refusal(role_path(index, f"ports[{j}].port"), f"{declared.port} is reserved: "
+                                   f"{reserved[declared.port]}", "declare another port"))
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        reading = engine_argv.read_port(engine, line.args)
+        if reading.problem is not None:
+            out.append(Refusal(line.path(reading.index or 0, index), reading.problem,
+                               "pass a port number in 1..65535, or leave --port out (the role listens on its first "
+                               "declared port, else 8000)"))
+            continue
+        if reading.port is None:
+            continue
+        path = line.path(reading.index or 0, index)
+        if role.ports and reading.port != role.ports[0].port:
+            out.append(Refusal(path, f"{reading.spelling} {reading.raw} tells the engine to listen on {reading.port}, "
+                               f"but {role_path(index, 'ports[0].port')} declares {role.ports[0].port}",
+                               "make the two agree, or keep one: without ports the container, probes and Service "
+                               "target follow --port; without --port the operator passes the declared port"))
+        if reading.port in reserved and not any(p.port == reading.port for p in role.ports):
+            out.append(Refusal(path, f"{reading.spelling} {reading.raw}: {reading.port} is reserved: "
+                               f"{reserved[reading.port]}", "listen on another port"))
+    return out
+
+
+# --- rule 15: parallel degrees ----------------------------------------------------------------
+
+
+def _cards_per_pod(subject: Subject, role: Role) -> int | None:
+    """Cards each Pod of the role gets, or None when that is not a number of cards (CPU, unknown type)."""
+    from app import quantity
+
+    res = role.resources
+    sliced = bool(res.accelerator_sliced_memory_percentage or res.accelerator_sliced_cores_percentage)
+    if res.accelerator is not None:
+        try:
+            cards = quantity.whole(res.accelerator)
+        except quantity.QuantityError:
+            return None
+        if cards is None or cards < 0:
+            return None
+        if subject.world is not None:
+            it = subject.world.instance_types.get(role.instance_type)
+            if it is not None and not it.spec.acceleratable:
+                return None
+        return 1 if (sliced or res.accelerator_partitioned_profile) and cards >= 1 else cards
+    if subject.world is None:
+        return None
+    it = subject.world.instance_types.get(role.instance_type)
+    if it is None or not it.spec.acceleratable:
+        return None
+    return 1  # the mutating webhook's default
+
+
+def parallel_degrees(subject: Subject) -> list[Refusal]:
+    """Rule 15: a known degree flag with no, a non-integer or an out-of-range value; a declared
+    width above the cards each Pod gets."""
+    engine = subject.engine
+    out: list[Refusal] = []
+    table = engine_argv.DEGREE_FLAGS[engine]
+    for index, role in enumerate(subject.md.spec.roles):
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        env = _env_map(role)
+        reading = engine_argv.read_degrees(engine, line.args, env)
+        for problem in reading.problems:
+            if problem.index is None:
+                j = next((k for k, e in enumerate(role.env) if e.name == problem.flag), None)
+                path = role_path(index, f"env[{j}].value") if j is not None else role_path(index, "env")
+            else:
+                path = line.path(problem.index, index)
+            out.append(Refusal(path, problem.message, "give the degree a whole number of at least 1, or leave it out"))
+        if reading.problems:
+            continue
+        parsed = engine_argv.parse_argv(engine, line.args)
+        declared = [o for o in parsed.options if o.flag in table or o.flag == "--enable-expert-parallel"]
+        if not declared and not (engine == vocab.ENGINE_VLLM and vocab.ENV_VLLM_DP_SIZE in env):
+            continue
+        cards = _cards_per_pod(subject, role)
+        if cards is None:
+            continue
+        width = engine_argv.declared_width(reading.degrees, pods=role.size)
+        if width > cards:
+            d = reading.degrees
+            parts = [f"tensor {d.tensor}", f"pipeline {d.pipeline}", f"data {d.data}"]
+            if d.data_local is not None:
+                parts.append(f"data-local {d.data_local}")
+            if d.nnodes > 1:
+                parts.append(f"nnodes {d.nnodes}")
+            out.append(Refusal(
+                role_path(index, line.field),
+                f"the command line declares a width of {width} card(s) per Pod ({', '.join(parts)}; size "
+                f"{role.size}), above the {cards} card(s) each Pod of role {role.name!r} gets "
+                f"({role_path(index, 'resources.accelerator')})",
+                "lower the degrees, or spread the instance over more Pods with a larger size (resources and size are "
+                "frozen: that is another deployment)",
+            ))
+    return out
+
+
+# --- warnings ---------------------------------------------------------------------------------
+
+API_KEY = "--api-key"
+API_KEY_WARNING = ("guards the engine's /v1 routes: probes and gates reading /v1 (a decode role's /v1/models) get "
+                   "401, so a disaggregated pair's decoder never becomes Ready; north-south auth belongs at the gateway")
+
+
+def api_key_notices(subject: Subject) -> list[Notice]:
+    """--api-key / VLLM_API_KEY are accepted (not owned) with a warning."""
+    engine = subject.engine
+    out: list[Notice] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        line = role_line(engine, role)
+        if line is not None:
+            for option in engine_argv.parse_argv(engine, line.args).of(API_KEY):
+                out.append(Notice(line.path(option.index, index), f"{option.spelling} {API_KEY_WARNING}"))
+        if engine == vocab.ENGINE_VLLM:
+            for j, entry in enumerate(role.env):
+                if entry.name == vocab.ENV_VLLM_API_KEY:
+                    out.append(Notice(role_path(index, f"env[{j}].name"), f"{entry.name} {API_KEY_WARNING}"))
+    return out
+
+
+def inert_extra_args_notices(subject: Subject) -> list[Notice]:
+    out: list[Notice] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        if not role.managed and role.extra_args:
+            out.append(Notice(role_path(index, "extraArgs"), "is inert beside roles[].command: read by nobody, refused "
+                              "nothing, and not read for parallelism; put the arguments in the command"))
+        elif role.managed:
+            line = role_line(subject.engine, role)
+            if line is not None and engine_argv.parse_argv(subject.engine, line.args).config_file:
+                out.append(Notice(role_path(index, "extraArgs"), "--config reads options from a file admission "
+                                  "cannot see: an operator-owned key in it is not refused, and conflicts at start"))
+    return out

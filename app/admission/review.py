@@ -1,0 +1,343 @@
+"""AdmissionReview (admission.k8s.io/v1) in and out, and the offline `modeldeployment validate`.
+
+Contract with the API server (docs/admission.md):
+
+- a body that is a JSON object always gets HTTP 200 and a well-formed AdmissionReview echoing
+  `request.uid` (empty when the body carries none); a review we cannot read is refused in it
+  (status code 400), an internal failure too (500) — the API server always gets a parseable answer;
+- a body that is not JSON, or JSON but not an object, is not an AdmissionReview at all: the HTTP
+  layer answers 400 (app.web.webhooks);
+- refusals: `allowed: false`, `status.code` 403, `status.message` every refusal (one per line),
+  `status.details.causes[]` one per refusal with its `field`; cluster objects unreadable: 503,
+  fail closed;
+- mutations: `patchType: JSONPatch`, `patch` base64 of the RFC 6902 operations;
+- warnings: `warnings[]` (each kept under the API server's 256-character limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from app import vocab
+from app.admission import mutate, validate
+from app.admission.model import Notice, Refusal, Verdict
+from app.api.v1 import ModelDeployment
+from app.kube.client import ClusterUnreachable
+from app.world import World, load_yaml_objects
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+WARNING_LIMIT = 256
+# The cluster read must end well inside the webhook's timeoutSeconds (5).
+READ_BUDGET_SECONDS = 4.5
+
+WorldSource = Callable[[ModelDeployment], Awaitable[World]]
+
+
+class MalformedReview(Exception):
+    """The body is a JSON object but not a usable AdmissionReview request."""
+
+
+@dataclass(frozen=True)
+class ReviewRequest:
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    kind: str
+    sub_resource: str
+    object: Any
+    old_object: Any
+
+
+def request_uid(body: Any) -> str:
+    request = body.get("request") if isinstance(body, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def read_review(body: Any) -> ReviewRequest:
+    if not isinstance(body, dict):
+        raise MalformedReview("the body is not a JSON object")
+    if body.get("kind") != KIND or body.get("apiVersion") != API_VERSION:
+        raise MalformedReview(f"expected kind {KIND} of apiVersion {API_VERSION}, got kind "
+                              f"{str(body.get('kind'))[:64]!r} of apiVersion {str(body.get('apiVersion'))[:64]!r}")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("the AdmissionReview carries no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid is missing")
+    operation = request.get("operation")
+    if not isinstance(operation, str) or not operation:
+        raise MalformedReview("request.operation is missing")
+    kind = request.get("kind")
+    return ReviewRequest(
+        uid=uid,
+        operation=operation,
+        namespace=_text(request.get("namespace")),
+        name=_text(request.get("name")),
+        kind=_text(kind.get("kind")) if isinstance(kind, dict) else "",
+        sub_resource=_text(request.get("subResource")),
+        object=request.get("object"),
+        old_object=request.get("oldObject"),
+    )
+
+
+def answer(uid: str, *, allowed: bool, code: int | None = None, reason: str | None = None, message: str = "",
+           causes: list[dict[str, str]] | None = None, warnings: list[str] | None = None,
+           patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        status: dict[str, Any] = {"status": "Failure", "code": code or 403, "reason": reason or "Forbidden",
+                                  "message": message}
+        if causes:
+            status["details"] = {"causes": causes}
+        response["status"] = status
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    if warnings:
+        response["warnings"] = [w if len(w) <= WARNING_LIMIT else w[: WARNING_LIMIT - 1] + "…" for w in warnings]
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def refusal_message(refusals: list[Refusal]) -> str:
+    """The text both the webhook and `modeldeployment validate` print: one refusal per line."""
+    lines = [str(r) for r in refusals]
+    if len(lines) == 1:
+        return lines[0]
+    return f"{len(lines)} problems:\n" + "\n".join(lines)
+
+
+def warning_lines(notices: list[Notice]) -> list[str]:
+    return [str(n) for n in notices]
+
+
+def refuse(uid: str, refusals: list[Refusal], warnings: list[Notice] | None = None) -> dict[str, Any]:
+    causes = [{"reason": "FieldValueForbidden", "field": r.path, "message": f"{r.problem} — {r.remedy}"}
+              for r in refusals]
+    return answer(uid, allowed=False, code=403, reason="Forbidden", message=refusal_message(refusals),
+                  causes=causes, warnings=warning_lines(warnings or []))
+
+
+def _unreachable(uid: str, detail: str) -> dict[str, Any]:
+    message = (f"the API server could not be reached to read the cluster objects this decision depends on "
+               f"(InstanceTypes, the KVCachePoolBinding, its pool and backend): {detail} — admission fails closed; "
+               "retry once the API server is reachable")
+    return answer(uid, allowed=False, code=503, reason="ServiceUnavailable", message=message)
+
+
+def _prepare(obj: dict[str, Any], request: ReviewRequest) -> dict[str, Any]:
+    """The object with the namespace and name the request carries, when the object itself omits them."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    patched = dict(meta)
+    if not patched.get("namespace") and request.namespace:
+        patched["namespace"] = request.namespace
+    if not patched.get("name"):
+        if request.name:
+            patched["name"] = request.name
+        elif isinstance(patched.get("generateName"), str):
+            # The API server appends five random characters; judge the longest names by that length.
+            patched["name"] = patched["generateName"] + "xxxxx"
+    return {**obj, "metadata": patched}
+
+
+def _skip(request: ReviewRequest) -> str | None:
+    """Why a request is not ours to judge (allowed unchanged), or None."""
+    if request.operation not in ("CREATE", "UPDATE"):
+        return f"operation {request.operation}"
+    if request.sub_resource:
+        return f"subresource {request.sub_resource}"
+    if request.kind and request.kind != vocab.KIND_MODEL_DEPLOYMENT:
+        return f"kind {request.kind}"
+    return None
+
+
+async def _read_world(source: WorldSource, md: ModelDeployment) -> World:
+    try:
+        async with asyncio.timeout(READ_BUDGET_SECONDS):
+            return await source(md)
+    except TimeoutError as exc:
+        raise ClusterUnreachable(f"no answer within {READ_BUDGET_SECONDS:g}s") from exc
+
+
+async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
+    uid = request_uid(body)
+    started = time.monotonic()
+    try:
+        request = read_review(body)
+        if _skip(request) is not None:
+            return answer(uid, allowed=True)
+        if not isinstance(request.object, dict):
+            raise MalformedReview("request.object is missing")
+        obj = _prepare(request.object, request)
+        if not mutate.roles_to_default(obj):
+            return answer(uid, allowed=True)
+        md, _errors = validate.parse(obj)
+        if md is None:
+            # Not a valid ModelDeployment: the schema check after this webhook reports it precisely.
+            return answer(uid, allowed=True)
+        try:
+            world = await _read_world(source, md)
+        except ClusterUnreachable as exc:
+            return _unreachable(uid, str(exc))
+        ops = mutate.accelerator_defaults(obj, world)
+        log.info("mutate %s %s/%s: %d default(s) in %.0f ms", request.operation, md.metadata.namespace,
+                 md.metadata.name, len(ops), (time.monotonic() - started) * 1000)
+        return answer(uid, allowed=True, patch=ops)
+    except MalformedReview as exc:
+        return answer(uid, allowed=False, code=400, reason="BadRequest", message=f"malformed AdmissionReview: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the API server must get a parseable answer
+        log.exception("mutating review %s failed", uid)
+        return answer(uid, allowed=False, code=500, reason="InternalError",
+                      message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
+
+
+async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owned: bool) -> dict[str, Any]:
+    uid = request_uid(body)
+    started = time.monotonic()
+    try:
+        request = read_review(body)
+        if _skip(request) is not None:
+            return answer(uid, allowed=True)
+        if not isinstance(request.object, dict):
+            raise MalformedReview("request.object is missing")
+        obj = _prepare(request.object, request)
+        old = request.old_object if request.operation == "UPDATE" and isinstance(request.old_object, dict) else None
+        if request.operation == "UPDATE" and old is None:
+            raise MalformedReview("an UPDATE carries no request.oldObject")
+        world: World | None = None
+        md, _errors = validate.parse(obj)
+        if md is not None and not md.metadata.deletion_timestamp:
+            try:
+                world = await _read_world(source, md)
+            except ClusterUnreachable as exc:
+                return _unreachable(uid, str(exc))
+        verdict = validate.validate(obj, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned)
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        log.info("validate %s %s/%s: %s (%d refusal(s), %d warning(s)) in %.0f ms", request.operation,
+                 meta.get("namespace"), meta.get("name"), "allowed" if verdict.allowed else "refused",
+                 len(verdict.refusals), len(verdict.warnings), (time.monotonic() - started) * 1000)
+        return verdict_answer(uid, verdict)
+    except MalformedReview as exc:
+        return answer(uid, allowed=False, code=400, reason="BadRequest", message=f"malformed AdmissionReview: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the API server must get a parseable answer
+        log.exception("validating review %s failed", uid)
+        return answer(uid, allowed=False, code=500, reason="InternalError",
+                      message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
+
+
+def verdict_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
+    if verdict.refusals:
+        return refuse(uid, verdict.refusals, verdict.warnings)
+    return answer(uid, allowed=True, warnings=warning_lines(verdict.warnings))
+
+
+# --- offline: `modeldeployment validate -f md.yaml [--world DIR] [--old old.yaml]` -------------
+
+
+def _review(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> dict[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return {"apiVersion": API_VERSION, "kind": KIND, "request": {
+        "uid": uid, "operation": "UPDATE" if old is not None else "CREATE",
+        "kind": {"group": vocab.GROUP, "version": vocab.VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT},
+        "resource": {"group": vocab.GROUP, "version": vocab.VERSION, "resource": vocab.PLURAL_MODEL_DEPLOYMENTS},
+        "namespace": meta.get("namespace", ""), "name": meta.get("name", ""),
+        "object": obj, "oldObject": old,
+    }}
+
+
+async def review_offline(obj: dict[str, Any], old: dict[str, Any] | None, world: World, *,
+                         kv_cache_dtype_owned: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the API server would do: the mutating webhook, its patch applied, then the validating one."""
+
+    async def source(_md: ModelDeployment) -> World:
+        return world
+
+    mutated = await mutate_review(_review(obj, old, "offline-mutate"), source)
+    response = mutated["response"]
+    if not response["allowed"]:
+        return mutated, mutated
+    if response.get("patch"):
+        obj = mutate.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    validated = await validate_review(_review(obj, old, "offline-validate"), source,
+                                      kv_cache_dtype_owned=kv_cache_dtype_owned)
+    return mutated, validated
+
+
+def _deployments(path: Path) -> list[dict[str, Any]]:
+    return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
+
+
+def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cache_dtype_owned: bool | None = None,
+                     out: Any = None, err: Any = None) -> int:
+    """Runs the webhooks' code on a file; prints refusals (exit 1) or `allowed` and warnings (exit 0)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if kv_cache_dtype_owned is None:
+        from app.settings import Settings
+
+        kv_cache_dtype_owned = Settings().kv_cache_dtype_owned
+    try:
+        deployments = _deployments(file)
+        olds = _deployments(old) if old is not None else []
+        cluster = World.of(load_yaml_objects(world)) if world is not None else World()
+    except Exception as exc:  # noqa: BLE001 - unreadable files and YAML errors alike
+        print(f"error: {exc}", file=err)
+        return 2
+    if not deployments:
+        print(f"error: {file} holds no ModelDeployment", file=err)
+        return 2
+    old_by_name = {(o.get("metadata") or {}).get("name"): o for o in olds}
+    status = 0
+    quiet = log.level
+    log.setLevel(logging.WARNING)  # the verdict is printed; the per-review log line is for the service
+    try:
+        status = _print_verdicts(deployments, olds, old_by_name, cluster, kv_cache_dtype_owned, out, err)
+    finally:
+        log.setLevel(quiet)
+    return status
+
+
+def _print_verdicts(deployments: list[dict[str, Any]], olds: list[dict[str, Any]], old_by_name: dict[Any, Any],
+                    cluster: World, kv_cache_dtype_owned: bool, out: Any, err: Any) -> int:
+    status = 0
+    for obj in deployments:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
+        meta.setdefault("namespace", "default")
+        name = f"{meta.get('namespace')}/{meta.get('name')}"
+        stored = old_by_name.get(meta.get("name"))
+        if stored is None and len(olds) == 1:
+            stored = olds[0]
+        if stored is not None and isinstance(stored.get("metadata"), dict):
+            stored["metadata"].setdefault("namespace", meta["namespace"])
+        _mutated, validated = asyncio.run(review_offline(obj, stored, cluster, kv_cache_dtype_owned=kv_cache_dtype_owned))
+        response = validated["response"]
+        for warning in response.get("warnings") or []:
+            print(f"Warning: {warning}", file=err)
+        if response["allowed"]:
+            print(f"{name}: allowed", file=out)
+        else:
+            status = 1
+            print(f"{name}: refused", file=out)
+            print(response["status"]["message"], file=out)
+    return status

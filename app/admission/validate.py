@@ -1,0 +1,125 @@
+"""The validating half: every rule of SPEC §10 over one object (and its stored version), at once.
+
+Pure: the cluster objects arrive as a `World` already read (live, by the caller). The same function
+serves the webhook and `modeldeployment validate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from app.admission import cmdline, frozen, rules
+from app.admission.model import Notice, Refusal, Subject, Verdict
+from app.api.v1 import ModelDeployment
+from app.world import World
+
+Rule = Callable[[Subject], list[Refusal]]
+
+# Rule order is report order. Each entry is one SPEC §10 rule (or the part of one the object
+# answers alone); docs/admission.md has the table.
+RULES: tuple[Rule, ...] = (
+    rules.duplicate_names,
+    rules.generated_names,  # 2
+    frozen.frozen_fields,  # 3
+    rules.accelerator_shape,  # 4 (object alone)
+    rules.instance_types,  # 4 (InstanceType)
+    rules.fabric_interface,  # 5
+    rules.explicit_zero_on_shared_type,  # 6
+    rules.sliced_pair,  # 7
+    rules.service_labels,  # 8
+    rules.service_collisions,  # 9
+    rules.topology_level,  # 10
+    rules.role_kinds,  # 11
+    cmdline.owned_arguments,  # 12 (extraArgs)
+    cmdline.owned_env,  # 12 (env)
+    cmdline.kv_cache_dtype,  # 13
+    cmdline.ports,  # 14
+    cmdline.parallel_degrees,  # 15
+    rules.cache_binding,  # 16
+    rules.engine_version,  # 17
+    rules.router_rules,  # 18
+    rules.volumes,  # subPath and volume sources
+)
+
+NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
+    cmdline.api_key_notices,
+    cmdline.inert_extra_args_notices,
+    rules.cache_notices,
+    rules.artifact_notices,
+)
+
+# Union-branch tags pydantic appends to an error location; they are not field names.
+_BRANCH_TAGS = {"int", "str", "float", "bool", "list", "dict", "none", "literal"}
+SCHEMA_REMEDY = "send a value the schema accepts (kubectl explain modeldeployment.spec describes every field)"
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and (part in _BRANCH_TAGS or "[" in part or "-" in part):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "object"
+
+
+def schema_refusals(exc: ValidationError) -> list[Refusal]:
+    """Pydantic's errors as refusals, one per path (the API server's schema check normally comes first)."""
+    by_path: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False):
+        path = _path(tuple(error.get("loc", ())))
+        message = str(error.get("msg", "invalid"))
+        by_path.setdefault(path, [])
+        if message not in by_path[path]:
+            by_path[path].append(message)
+    return [Refusal(path, "; ".join(messages), SCHEMA_REMEDY) for path, messages in by_path.items()]
+
+
+def parse(raw: Any) -> tuple[ModelDeployment | None, list[Refusal]]:
+    if not isinstance(raw, dict):
+        return None, [Refusal("object", "is not a ModelDeployment object", "send a ModelDeployment")]
+    try:
+        return ModelDeployment.model_validate(raw), []
+    except ValidationError as exc:
+        return None, schema_refusals(exc)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - pydantic wraps these
+        return None, [Refusal("object", f"cannot be read: {exc}", SCHEMA_REMEDY)]
+
+
+def is_deleting(raw: Any) -> bool:
+    meta = raw.get("metadata") if isinstance(raw, dict) else None
+    return bool(isinstance(meta, dict) and meta.get("deletionTimestamp"))
+
+
+def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World | None, *,
+             kv_cache_dtype_owned: bool = True) -> Verdict:
+    """Every refusal and warning for `raw` (an update when `old_raw` is given).
+
+    `world` is what was read from the cluster for this object; pass None for an object being
+    deleted (the rules that read an InstanceType decline then — see app.admission.rules)."""
+    verdict = Verdict()
+    verdict.refusals += rules.too_many_roles(raw)
+    md, errors = parse(raw)
+    if md is None:
+        if verdict.refusals:  # rule 1 already said it better than "List should have at most 10 items"
+            errors = [e for e in errors if e.path != "spec.roles"]
+        verdict.refusals += errors
+        return verdict
+    old: ModelDeployment | None = None
+    if old_raw is not None:
+        old, old_errors = parse(old_raw)
+        if old is None:
+            verdict.warnings.append(Notice("oldObject", "the stored object does not read as a ModelDeployment of "
+                                           "this version, so frozen fields were not compared"))
+    subject = Subject(md=md, raw=raw, old=old, old_raw=old_raw if old is not None else None,
+                      world=None if md.metadata.deletion_timestamp else world,
+                      kv_cache_dtype_owned=kv_cache_dtype_owned)
+    for rule in RULES:
+        verdict.refusals += rule(subject)
+    for notice in NOTICES:
+        verdict.warnings += notice(subject)
+    return verdict
