@@ -21,6 +21,13 @@ DEFAULT_WORLD = Path(__file__).resolve().parent.parent / "examples" / "world"
 CRD_DIR = Path(__file__).resolve().parent.parent / "manifests" / "crds"
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors/aliases: rendered objects share sub-dicts, a reader wants them spelled out."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _deployments(path: Path) -> list[dict[str, Any]]:
     return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
 
@@ -59,7 +66,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             status = 1
             continue
         docs = [*result.children, {"status": result.status}]
-        sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+        sys.stdout.write(yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False))
         if not args.quiet:
             for intent in result.intents:
                 print(f"# intent: {intent}", file=sys.stderr)

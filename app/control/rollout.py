@@ -48,6 +48,9 @@ class OrdinalPlan:
     admitted: bool = False
     reserved: bool = False
     ready: bool = False
+    has_workload: bool = False
+    # Some but not all of the instance's Pods exist (a group Kueue cannot compose yet).
+    incomplete: bool = False
     note: str = ""
 
 
@@ -114,7 +117,7 @@ def plan_role(
         group, workload = workload_of(ordinal)
         inst = observed.get(ordinal)
         entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
-                            reserved=obs.workload_reserved(workload))
+                            reserved=obs.workload_reserved(workload), has_workload=workload is not None)
         plan.ordinals.append(entry)
 
         if ordinal >= replicas:
@@ -160,6 +163,7 @@ def plan_role(
 
         if missing:
             # A group not yet admitted that lacks a member (e.g. a failed create): add the member.
+            entry.incomplete = True
             entry.action = Action.CREATE if render.hold is None else Action.KEEP
             wanted = instance_pods(ctx, render, ordinal)
             have = inst.members()

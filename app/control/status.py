@@ -51,16 +51,15 @@ def quota_reserved(ctx: DeploymentContext, plans: list[RolePlan]) -> ConditionVa
     want = len(declared)
     if have == want:
         return _cond(t, "True", vocab.REASON_RESERVED, f"{have} of {want} replicas have reserved quota")
-    evicted = sum(1 for p in declared if p.action == Action.REBUILD)
-    if evicted and have:
+    departed = sum(1 for p in declared if p.action == Action.REBUILD)
+    if departed and have:
         return _cond(t, "False", vocab.REASON_PREEMPTED_IN_PART,
-                     f"{evicted} replica(s) were evicted or departed; {have} of {want} replicas have reserved quota")
-    incomplete = [p for p in declared if p.action in (Action.CREATE, Action.WAIT)]
+                     f"{departed} replica(s) were evicted or departed; {have} of {want} replicas have reserved quota")
+    incomplete = sum(1 for p in declared if p.incomplete)
     if incomplete:
         return _cond(t, "False", vocab.REASON_POD_GROUP_INCOMPLETE,
-                     f"{want - len(incomplete)} of {want} replica pod groups are complete; {have} of {want} "
-                     f"replicas have reserved quota")
-    if have == 0 and not any(ctx.world.workloads):
+                     f"{incomplete} replica pod group(s) lack Pods; {have} of {want} replicas have reserved quota")
+    if not any(p.has_workload for p in declared):
         return _cond(t, "Unknown", vocab.REASON_ADMISSION_IN_FLIGHT,
                      f"0 of {want} replicas have a Kueue Workload yet")
     return _cond(t, "False", vocab.REASON_PENDING, f"{have} of {want} replicas have reserved quota; the rest are queued")

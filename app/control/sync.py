@@ -19,7 +19,7 @@ from app.control.rollout import Action, RolePlan, plan_role
 from app.render import names
 from app.render.context import DeploymentContext, RenderOptions, build_context
 from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
-from app.render.router import RouterRender, render_router
+from app.render.router import RouterRender, needs_instance_services, render_router
 from app.world import World
 
 # Come back while something waits on time rather than on a watched object.
@@ -88,7 +88,9 @@ def _skew_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent:
 
 def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[dict[str, Any]]:
     services = [role_service(ctx, render)]
-    if render.role.size > 1:
+    per_instance = render.role.size > 1 or (
+        needs_instance_services(ctx) and render.role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE))
+    if per_instance:
         for entry in plan.ordinals:
             if entry.action != Action.SHED and entry.ordinal < render.role.replicas:
                 services.append(instance_service(ctx, render, entry.ordinal))

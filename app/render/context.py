@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app import vocab
+from app.engines import router_flags as rf
 from app.api.cluster import KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact, ReuseDomain
 from app.api.v1 import ModelDeployment
 from app.world import World
@@ -31,8 +32,9 @@ class RenderOptions:
     """Operator settings that change what Pods render (changing one rolls the affected replicas)."""
 
     kv_cache_dtype_owned: bool = True
-    router_image: str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.0"
-    routing_sidecar_image: str = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0"
+    # Empty: each router's own default image (app.engines.router_flags); spec.router.image wins.
+    router_image: str = ""
+    routing_sidecar_image: str = rf.LLMD_SIDECAR_IMAGE
 
 
 @dataclass(frozen=True)

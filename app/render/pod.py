@@ -24,6 +24,13 @@ from app.render.image import ImageChoice, ImageError, role_image
 from app.render.resources import ResourceError, pod_resources
 
 ENGINE_CONTAINER = "engine"
+ROUTING_PROXY_CONTAINER = "routing-proxy"
+# The decoder engine's port behind the routing proxy (the sidecar's own default).
+ROUTING_PROXY_ENGINE_PORT = 8200
+# The proxy answers /health itself; readiness goes through it to the engine.
+PROXIED_READINESS_PATH = "/v1/models"
+SGLANG_BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
+LLMD_ENGINE_TYPE_LABEL = "llm-d.ai/engine-type"
 STARTUP_PERIOD_SECONDS = 10
 # Loading a large model can take long; one hour before the kubelet gives up on startup.
 STARTUP_FAILURE_THRESHOLD = 360
@@ -39,12 +46,18 @@ class RenderError(Exception):
 
 @dataclass(frozen=True)
 class Ports:
-    """Where a role listens: the Service keeps `service`; the container opens `container`."""
+    """Where a role listens: the Service keeps `service`; the Pod answers on `container`.
+
+    `engine` is where the engine itself listens: the same as `container`, except behind a
+    decoder's routing proxy, which owns the external port and forwards to the engine.
+    """
 
     service: int
     container: int
     # The --port the operator fills in (None when the user's own --port is in charge).
     filled: int | None
+    engine: int
+    proxied: bool = False
 
 
 @dataclass
@@ -73,15 +86,50 @@ def user_port(engine: str, role: Role) -> int | None:
     return reading.port
 
 
-def role_ports(engine: str, role: Role) -> Ports:
-    if role.ports:
-        declared = role.ports[0].port
-        return Ports(service=declared, container=declared, filled=declared if role.managed else None)
+def role_ports(engine: str, role: Role, *, proxied: bool = False) -> Ports:
+    """The external port (declared, else 8000) and where the engine listens (its own --port wins)."""
     own = user_port(engine, role)
+    external = role.ports[0].port if role.ports else vocab.DEFAULT_SERVING_PORT
+    if proxied:
+        listen = own if own is not None else ROUTING_PROXY_ENGINE_PORT
+        return Ports(service=external, container=external, filled=None if own is not None else listen,
+                     engine=listen, proxied=True)
+    if role.ports:
+        return Ports(service=external, container=external, filled=external if role.managed and own is None else None,
+                     engine=external)
     if own is not None:
-        return Ports(service=vocab.DEFAULT_SERVING_PORT, container=own, filled=None)
-    filled = vocab.DEFAULT_SERVING_PORT if role.managed else None
-    return Ports(service=vocab.DEFAULT_SERVING_PORT, container=vocab.DEFAULT_SERVING_PORT, filled=filled)
+        return Ports(service=external, container=own, filled=None, engine=own)
+    return Ports(service=external, container=external, filled=external if role.managed else None, engine=external)
+
+
+def routing_proxy_rendered(ctx: DeploymentContext, role: Role) -> bool:
+    """A managed vLLM decoder in a routed pair runs the routing proxy in front of the engine."""
+    return (ctx.routed_pair and role.managed and role.kind == vocab.ROLE_KIND_DECODE
+            and ctx.md.spec.engine.name == vocab.ENGINE_VLLM)
+
+
+def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str, Any]:
+    """The routing sidecar as a native sidecar (restartable init container) owning the external port."""
+    degrees = engine_argv.read_degrees(ctx.md.spec.engine.name, role.extra_args,
+                                       {e.name: e.value or "" for e in role.env}).degrees
+    # One proxy port per externally load-balanced data-parallel rank; internal DP is one server.
+    data_parallel = (degrees.data_local or degrees.data) if degrees.data_external_lb else 1
+    return {
+        "name": ROUTING_PROXY_CONTAINER,
+        "image": ctx.options.routing_sidecar_image,
+        "restartPolicy": "Always",
+        "args": [
+            f"--port={ports.container}",
+            f"--model-server-port={ports.engine}",
+            "--kv-connector=mooncake",
+            f"--mooncake-bootstrap-port={vocab.PREFILL_BOOTSTRAP_PORT}",
+            "--secure-proxy=false",
+            f"--data-parallel-size={data_parallel}",
+        ],
+        "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": vocab.HEALTH_PATH, "port": ports.container}, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+    }
 
 
 def _engine_render(ctx: DeploymentContext, role: Role, ports: Ports) -> EngineRender:
@@ -134,18 +182,26 @@ def _volumes(role: Role, engine: EngineRender) -> tuple[list[dict[str, Any]], li
     return volumes + engine.volumes, mounts + engine.mounts
 
 
-def _probes(port: int) -> dict[str, Any]:
-    check = {"httpGet": {"path": vocab.HEALTH_PATH, "port": port}}
+def _probes(ports: Ports) -> dict[str, Any]:
+    """Probes follow the external listener; behind the proxy, readiness goes through it."""
+    external = {"httpGet": {"path": PROXIED_READINESS_PATH if ports.proxied else vocab.HEALTH_PATH,
+                            "port": ports.container}}
+    engine = {"httpGet": {"path": vocab.HEALTH_PATH, "port": ports.engine}}
     return {
-        "startupProbe": {**check, "periodSeconds": STARTUP_PERIOD_SECONDS, "failureThreshold": STARTUP_FAILURE_THRESHOLD},
-        "readinessProbe": {**check, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**check, "periodSeconds": 10, "failureThreshold": 3},
+        "startupProbe": {**external, "periodSeconds": STARTUP_PERIOD_SECONDS,
+                         "failureThreshold": STARTUP_FAILURE_THRESHOLD},
+        "readinessProbe": {**external, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**engine, "periodSeconds": 10, "failureThreshold": 3},
     }
 
 
 def _container_ports(role: Role, ports: Ports, engine: EngineRender) -> list[dict[str, Any]]:
-    out = [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}]
-    seen = {(ports.container, "TCP")}
+    if ports.proxied:
+        out = [{"name": "engine", "containerPort": ports.engine, "protocol": "TCP"}]
+        seen = {(ports.engine, "TCP"), (ports.container, "TCP")}
+    else:
+        out = [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}]
+        seen = {(ports.container, "TCP")}
     for extra in role.ports:
         if (extra.port, extra.protocol) in seen:
             continue
@@ -180,7 +236,8 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
             f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} has not published its Kueue "
             f"entrance (status.entrance) yet; Pods are created once it does", resolves_later=True)
     engine = ctx.md.spec.engine.name
-    ports = role_ports(engine, role)
+    proxied = routing_proxy_rendered(ctx, role)
+    ports = role_ports(engine, role, proxied=proxied)
     rendered = _engine_render(ctx, role, ports)
     try:
         resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
@@ -195,7 +252,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         "ports": _container_ports(role, ports, rendered),
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": mounts,
-        **_probes(ports.container),
+        **_probes(ports),
     }
     env = _env(role, rendered)
     if env:
@@ -216,10 +273,19 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         vocab.ANNOTATION_KUEUE_GROUP_SERVING: "true",
         **rendered.annotations,
     }
+    if ctx.routed_pair and role.kind == vocab.ROLE_KIND_PREFILL and ctx.md.spec.router is not None \
+            and ctx.md.spec.router.name == vocab.ROUTER_SGLANG:
+        # The gateway's discovery reads the bootstrap port from this annotation (no flag exists).
+        annotations[SGLANG_BOOTSTRAP_PORT_ANNOTATION] = str(vocab.PREFILL_BOOTSTRAP_PORT)
+    if ctx.md.spec.router is not None and ctx.md.spec.router.name == vocab.ROUTER_LLMD \
+            and engine == vocab.ENGINE_SGLANG:
+        # llm-d's metrics extractor picks the engine's metric names by this label (vllm by default).
+        pod_labels[LLMD_ENGINE_TYPE_LABEL] = "sglang"
     if role.topology and role.topology.required_level:
         annotations[vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = role.topology.required_level
     spec: dict[str, Any] = {
         "containers": [container],
+        **({"initContainers": [routing_proxy(ctx, role, ports)]} if proxied else {}),
         "volumes": volumes,
         "restartPolicy": "Always",
         "enableServiceLinks": False,
@@ -267,6 +333,7 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> l
                 # Only the leader serves the OpenAI API; workers have no HTTP listener to probe.
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                     container.pop(probe, None)
+                spec.pop("initContainers", None)  # the routing proxy fronts the leader only
         else:
             name = names.single_pod(ctx.name, role.name, ordinal, render.fingerprint)
         spec["containers"] = [container, *template["spec"]["containers"][1:]]
