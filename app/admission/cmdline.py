@@ -42,7 +42,8 @@ class owned:  # noqa: N801
         return owned._ENV[engine]
 
 from app.engines.common import kv_events_rendered
-from app.render.context import RenderOptions, build_context
+from app.render.context import DeploymentContext, RenderOptions, build_context
+from app.render.pod import ROUTING_PROXY_ENGINE_PORT, routing_proxy_rendered
 from app.world import World
 
 TAKE_OVER = "take over the command line with roles[].command"
@@ -215,8 +216,13 @@ def kv_cache_dtype(subject: Subject) -> list[Refusal]:
 # --- rule 14: ports ---------------------------------------------------------------------------
 
 
+def _context(subject: Subject) -> DeploymentContext:
+    return build_context(subject.md, subject.world or World(),
+                         RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
+
+
 def _reserved_ports(subject: Subject, role: Role) -> dict[int, str]:
-    ctx = build_context(subject.md, subject.world or World(), RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
+    ctx = _context(subject)
     reserved: dict[int, str] = {}
     if kv_events_rendered(ctx, role):
         reason = "the KV-event {} port the operator declares on a routed vLLM role that produces cache blocks"
@@ -230,35 +236,50 @@ def _reserved_ports(subject: Subject, role: Role) -> dict[int, str]:
 
 
 def ports(subject: Subject) -> list[Refusal]:
-    """Rule 14: a --port other than the first declared port; a reserved port declared or passed."""
+    """Rule 14: a --port other than the first declared port; a reserved port declared or passed.
+
+    Behind a routed vLLM decoder's routing proxy the rule turns around: the proxy owns the external
+    port (the first declared, else 8000) and the engine's own --port is the internal one, so that
+    --port must differ from the external port (and a declared port must not be the internal one)."""
     engine = subject.engine
+    ctx = _context(subject)
     out: list[Refusal] = []
     for index, role in enumerate(subject.md.spec.roles):
         reserved = _reserved_ports(subject, role)
+        proxied = routing_proxy_rendered(ctx, role)
+        external = role.ports[0].port if role.ports else vocab.DEFAULT_SERVING_PORT
+        line = role_line(engine, role)
+        reading = engine_argv.read_port(engine, line.args) if line is not None else engine_argv.PortReading(None)
+        if proxied and reading.port is None and reading.problem is None:
+            reserved.setdefault(ROUTING_PROXY_ENGINE_PORT, "the port vLLM listens on behind the routing proxy of a "
+                                                           "routed decoder")
         for j, declared in enumerate(role.ports):
             if declared.port in reserved:
                 out.append(Refusal(role_path(index, f"ports[{j}].port"), f"{declared.port} is reserved: "
                                    f"{reserved[declared.port]}", "declare another port"))
-        line = role_line(engine, role)
-        if line is None:
+        if line is None or (reading.port is None and reading.problem is None):
             continue
-        reading = engine_argv.read_port(engine, line.args)
+        path = line.path(reading.index or 0, index)
         if reading.problem is not None:
-            out.append(Refusal(line.path(reading.index or 0, index), reading.problem,
+            out.append(Refusal(path, reading.problem,
                                "pass a port number in 1..65535, or leave --port out (the role listens on its first "
                                "declared port, else 8000)"))
             continue
-        if reading.port is None:
-            continue
-        path = line.path(reading.index or 0, index)
-        if role.ports and reading.port != role.ports[0].port:
-            out.append(Refusal(path, f"{reading.spelling} {reading.raw} tells the engine to listen on {reading.port}, "
-                               f"but {role_path(index, 'ports[0].port')} declares {role.ports[0].port}",
+        shown = f"{reading.spelling} {reading.raw}"
+        if proxied:
+            if reading.port == external:
+                out.append(Refusal(path, f"{shown}: on a routed vLLM decoder the routing proxy owns the external port "
+                                   f"{external} and vLLM listens behind it, so the engine cannot take {external} too",
+                                   f"pass another --port for the engine (the operator's default is "
+                                   f"{ROUTING_PROXY_ENGINE_PORT}), or leave --port out"))
+        elif role.ports and reading.port != role.ports[0].port:
+            out.append(Refusal(path, f"{shown} tells the engine to listen on {reading.port}, but "
+                               f"{role_path(index, 'ports[0].port')} declares {role.ports[0].port}",
                                "make the two agree, or keep one: without ports the container, probes and Service "
                                "target follow --port; without --port the operator passes the declared port"))
         if reading.port in reserved and not any(p.port == reading.port for p in role.ports):
-            out.append(Refusal(path, f"{reading.spelling} {reading.raw}: {reading.port} is reserved: "
-                               f"{reserved[reading.port]}", "listen on another port"))
+            out.append(Refusal(path, f"{shown}: {reading.port} is reserved: {reserved[reading.port]}",
+                               "listen on another port"))
     return out
 
 

@@ -153,13 +153,14 @@ def service_collisions(subject: Subject) -> list[Refusal]:
         owners[names.router(deployment)] = (None, "the router's Service")
     out: list[Refusal] = []
     generated: list[tuple[str, int, str]] = []
-    for index, role in enumerate(subject.md.spec.roles):
-        generated.append((names.role_service(deployment, role.name), index, f"the Service of role {role.name!r}"))
+    # Instance Services first: a collision is then reported at the role whose own Service repeats a name.
     for index, role in enumerate(subject.md.spec.roles):
         if role.size > 1:
             for ordinal in range(role.replicas):
                 generated.append((names.instance(deployment, role.name, ordinal), index,
                                   f"the headless Service of replica {ordinal} of role {role.name!r} (size {role.size})"))
+    for index, role in enumerate(subject.md.spec.roles):
+        generated.append((names.role_service(deployment, role.name), index, f"the Service of role {role.name!r}"))
     for name, index, what in generated:
         if name not in owners:
             owners[name] = (index, what)
@@ -167,7 +168,6 @@ def service_collisions(subject: Subject) -> list[Refusal]:
         other_index, other = owners[name]
         if other_index == index:
             continue
-        role = subject.md.spec.roles[index]
         where = f" (spec.roles[{other_index}])" if other_index is not None else " (spec.router)"
         ways = [f"rename a role ({ROLE_SET_FROZEN})"]
         if "replica" in what or "replica" in other:
@@ -176,7 +176,6 @@ def service_collisions(subject: Subject) -> list[Refusal]:
             ways.append("remove spec.router")
         out.append(Refusal(role_path(index, "name"), f"{what} would be {name!r}, the same name as {other}{where}",
                            "; or ".join(ways)))
-        _ = role
     return out
 
 
