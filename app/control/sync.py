@@ -65,8 +65,11 @@ def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent
             failures.append(exc)
             continue
         renders.append(render)
+    skewed: dict[str, list[RoleRender]] = {}
+    for render in renders:
         if render.skipped_runtime_versions:
-            events.append(_skew_event(ctx, render))
+            skewed.setdefault(render.role.instance_type, []).append(render)
+    events.extend(_skew_event(ctx, group) for group in skewed.values())
     if failures:
         message = "; ".join(str(f) for f in failures)
         event = RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
@@ -76,11 +79,14 @@ def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent
     return renders, events
 
 
-def _skew_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent:
-    skipped = ", ".join(render.skipped_runtime_versions)
-    message = (f"role {render.role.name}: InstanceType {render.role.instance_type} reports runtime versions "
-               f"{render.runtime_version}, {skipped}; the image uses the lowest, {render.runtime_version}, which runs "
-               f"on every node of the pool (skipped: {skipped})")
+def _skew_event(ctx: DeploymentContext, group: list[RoleRender]) -> RecordEvent:
+    """One event per InstanceType whose pool disagrees on its runtime version."""
+    first = group[0]
+    skipped = ", ".join(first.skipped_runtime_versions)
+    roles = ", ".join(r.role.name for r in group)
+    message = (f"InstanceType {first.role.instance_type} reports runtime versions {first.runtime_version}, {skipped}: "
+               f"role(s) {roles} use the lowest, {first.runtime_version}, the only one every node of the pool runs "
+               f"(skipped: {skipped}); the nodes reporting {first.runtime_version} hold the pool back")
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
                        name=names.event(ctx.name, vocab.EVENT_RUNTIME_VERSION_SKEW, message),
                        reason=vocab.EVENT_RUNTIME_VERSION_SKEW, type=vocab.EVENT_TYPE_WARNING, message=message)

@@ -1,0 +1,106 @@
+"""The hook endpoints in-process: never a 200 that would delete children (SPEC §12)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app import vocab
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import EXAMPLES, world_objects
+from tests.helpers import parent, request
+
+
+@pytest.fixture(scope="module")
+def client():
+    app = create_app(Settings(world_dir=Path(EXAMPLES / "world"), kube="off"))
+    with TestClient(app) as c:
+        yield c
+
+
+def test_sync_answers_children_and_status(client):
+    response = client.post("/hooks/sync", json=request(parent("qwen-chat")))
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) <= {"status", "children", "resyncAfterSeconds"}
+    assert len([c for c in body["children"] if c["kind"] == "Pod"]) == 4
+    assert body["status"]["phase"] == vocab.PHASE_STARTING
+
+
+def test_finalize_answers_finalized(client):
+    response = client.post("/hooks/finalize", json=request(parent("qwen-chat")))
+    assert response.status_code == 200
+    assert response.json()["finalized"] is True
+
+
+def test_customize_answers_related_rules(client):
+    response = client.post("/hooks/customize", json={"controller": {}, "parent": parent("pd-pair")})
+    assert response.status_code == 200
+    assert {r["resource"] for r in response.json()["relatedResources"]} >= {"instancetypes", "workloads"}
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b"[]", b"{}", b'{"parent": 3}', b'{"parent": {}}'])
+def test_malformed_requests_never_get_a_200(client, body):
+    for hook in ("sync", "finalize", "customize"):
+        response = client.post(f"/hooks/{hook}", content=body, headers={"content-type": "application/json"})
+        assert response.status_code >= 400, (hook, body)
+        assert "error" in response.json()
+
+
+def test_a_parent_outside_the_schema_is_refused_not_emptied(client):
+    md = parent("qwen-chat")
+    md["spec"]["roles"] = []
+    response = client.post("/hooks/sync", json=request(md))
+    assert response.status_code == 422
+
+
+def test_render_failure_is_429_with_retry_after(client):
+    world = copy.deepcopy(world_objects())
+    for obj in world:
+        if obj["metadata"]["name"] == "gpustack-nvidia-a10g-linux-amd64":
+            obj["status"]["detail"] = {}
+    response = client.post("/hooks/sync", json=request(parent("qwen-chat"), world=world))
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "30"
+    assert "has not observed its hardware yet" in response.json()["error"]
+
+
+def test_internal_errors_answer_500(client, monkeypatch):
+    import app.web.hooks as hooks
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("planner exploded")
+
+    monkeypatch.setattr(hooks, "reconcile", boom)
+    response = client.post("/hooks/sync", json=request(parent("qwen-chat")))
+    assert response.status_code == 500 and "planner exploded" in response.json()["error"]
+
+
+def test_metrics_count_hook_calls(client):
+    client.post("/hooks/sync", json=request(parent("qwen-chat")))
+    text = client.get("/metrics").text
+    assert 'modeldeployment_hook_duration_seconds_count{hook="sync"}' in text
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutation=st.dictionaries(st.sampled_from(["parent", "children", "related", "finalizing", "controller"]),
+                                json_values, max_size=3))
+def test_fuzzed_requests_are_answered_200_only_with_children_and_status(client, mutation):
+    body = request(parent("qwen-chat"))
+    body.update(mutation)
+    response = client.post("/hooks/sync", json=body)
+    assert response.status_code != 200 or {"children", "status"} <= set(response.json())
+    assert response.status_code < 500 or "error" in response.json()

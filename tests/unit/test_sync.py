@@ -1,0 +1,277 @@
+"""The sync hook's render: every role shape of SPEC §5, scaling, status (issue: the hooks service)."""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+
+from app import vocab
+from app.control.sync import SyncFailed, customize
+from app.render import names
+from tests.conftest import world_objects
+from tests.helpers import (
+    NOW,
+    by_kind,
+    condition,
+    engine,
+    env_of,
+    parent,
+    pods,
+    running,
+    services,
+    sync,
+    workload,
+)
+
+
+def test_minimal_example_renders_four_pods_and_the_role_service():
+    result = sync(parent("qwen-chat"))
+    got = pods(result)
+    assert len(got) == 4
+    for ordinal, pod in enumerate(sorted(got, key=lambda p: p["metadata"]["labels"][vocab.LABEL_POD_ORDINAL])):
+        labels = pod["metadata"]["labels"]
+        assert labels[vocab.LABEL_NAME] == "model-deployment"
+        assert labels[vocab.LABEL_INSTANCE] == "qwen-chat"
+        assert labels[vocab.LABEL_COMPONENT] == "server"
+        assert labels[vocab.LABEL_POD_ORDINAL] == str(ordinal)
+        assert labels[vocab.LABEL_MEMBER_INDEX] == "0"
+        assert labels[vocab.LABEL_ROLE_KIND] == "server"
+        assert labels[vocab.LABEL_KUEUE_QUEUE_NAME] == "gpustack-nvidia-a10g-linux-amd64"
+        assert labels[vocab.LABEL_KUEUE_POD_GROUP_NAME] == names.pod_group("team-a", "qwen-chat", "server", ordinal)
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[vocab.ANNOTATION_KUEUE_GROUP_TOTAL_COUNT] == "1"
+        assert annotations[vocab.ANNOTATION_KUEUE_ROLE_HASH] == "server"
+        assert annotations[vocab.ANNOTATION_KUEUE_GROUP_SERVING] == "true"
+        assert vocab.ANNOTATION_KUEUE_FAST_ADMISSION not in annotations
+        assert pod["metadata"]["name"].startswith(f"qwen-chat-server-r{ordinal}-")
+        container = engine(pod)
+        assert container["image"] == "gpustack/runner:cuda12.9-vllm0.29.0"
+        assert container["command"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-72B-Instruct"]
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
+        assert container["resources"]["requests"] == container["resources"]["limits"]
+        assert not set(env_of(container)) & set(vocab.REPLICA_ENV)
+    (service,) = services(result)
+    assert service["metadata"]["name"] == "qwen-chat-server"
+    assert service["spec"]["ports"][0]["port"] == 8000
+    assert service["spec"]["selector"][vocab.LABEL_MEMBER_INDEX] == "0"
+    assert result.status["endpoint"] == "http://qwen-chat-server.team-a.svc:8000"
+    assert result.status["roleSummary"] == "0S"
+
+
+def test_size_two_role_renders_members_headless_services_and_the_three_variables():
+    result = sync(parent("deepseek-multinode"))
+    got = {p["metadata"]["name"]: p for p in pods(result)}
+    assert sorted(got) == ["ds-wide-server-r0-m0", "ds-wide-server-r0-m1", "ds-wide-server-r1-m0", "ds-wide-server-r1-m1"]
+    member = got["ds-wide-server-r1-m1"]
+    assert member["spec"]["hostname"] == "ds-wide-server-r1-m1"
+    assert member["spec"]["subdomain"] == "ds-wide-server-r1"
+    env = env_of(engine(member))
+    assert env[vocab.ENV_LEADER_ADDRESS] == "ds-wide-server-r1-m0.ds-wide-server-r1"
+    assert env[vocab.ENV_REPLICA_SIZE] == "2"
+    assert env[vocab.ENV_MEMBER_INDEX] == {"fieldRef": {"fieldPath": f"metadata.labels['{vocab.LABEL_MEMBER_INDEX}']"}}
+    # Every member carries the same container spec but for its leader address (ordinal-wide).
+    a, b = engine(got["ds-wide-server-r0-m0"]), engine(got["ds-wide-server-r0-m1"])
+    assert a["command"] == b["command"] and a["image"] == b["image"]
+    assert member["metadata"]["annotations"][vocab.ANNOTATION_KUEUE_GROUP_TOTAL_COUNT] == "2"
+    assert member["metadata"]["annotations"][vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] == "topology.gpustack.ai/rack"
+    assert "readinessProbe" in a and "readinessProbe" not in b
+    svc = {s["metadata"]["name"]: s for s in services(result)}
+    assert svc["ds-wide-server"]["spec"]["selector"][vocab.LABEL_MEMBER_INDEX] == "0"
+    for ordinal in (0, 1):
+        headless = svc[f"ds-wide-server-r{ordinal}"]["spec"]
+        assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+        assert headless["selector"][vocab.LABEL_POD_ORDINAL] == str(ordinal)
+    # SGLang always binds the wildcard host; no degree is composed from size.
+    assert engine(member)["command"][:3] == ["python3", "-m", "sglang.launch_server"]
+    assert "0.0.0.0" in engine(member)["command"]
+    assert engine(member)["command"].count("--tp-size") == 1
+
+
+def test_shm_is_memory_backed_unless_a_volume_mounts_it():
+    pod = pods(sync(parent("qwen-chat")))[0]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["spec"]["volumes"]
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0]["additionalVolumes"] = [{"mountPath": "/dev/shm", "hostPath": {"path": "/dev/shm"}}]
+    pod = pods(sync(md))[0]
+    assert not any(v["name"] == "dshm" for v in pod["spec"]["volumes"])
+    assert any(m["mountPath"] == "/dev/shm" for m in engine(pod)["volumeMounts"])
+
+
+def test_pod_fields_follow_the_role():
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0].update({
+        "image": "registry.local/vllm:custom", "imagePullPolicy": "Always",
+        "imagePullSecrets": [{"name": "pull"}], "privileged": True, "terminationGracePeriodSeconds": 120,
+        "env": [{"name": "HF_TOKEN", "value": "x"}],
+        "additionalVolumes": [{"mountPath": "/models", "readOnly": True, "configMap": {"name": "cfg"}, "subPath": "a"}],
+        "extraArgs": ["--max-model-len", "8192"],
+    })
+    pod = pods(sync(md))[0]
+    c = engine(pod)
+    assert c["image"] == "registry.local/vllm:custom" and c["imagePullPolicy"] == "Always"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "pull"}]
+    assert c["securityContext"] == {"privileged": True}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
+    assert env_of(c)["HF_TOKEN"] == "x"
+    assert c["command"][-2:] == ["--max-model-len", "8192"]
+    assert {"name": "extra-0", "mountPath": "/models", "readOnly": True, "subPath": "a"} in c["volumeMounts"]
+    assert {"name": "extra-0", "configMap": {"name": "cfg"}} in pod["spec"]["volumes"]
+
+
+def test_a_port_in_extra_args_moves_only_the_container_side():
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0]["extraArgs"] = ["--port=9000"]
+    result = sync(md)
+    c = engine(pods(result)[0])
+    assert c["ports"][0]["containerPort"] == 9000
+    assert c["readinessProbe"]["httpGet"]["port"] == 9000
+    assert c["command"].count("--port") == 0  # the user's own --port is the only one
+    (service,) = services(result)
+    assert service["spec"]["ports"][0] == {"name": "http", "port": 8000, "targetPort": 9000, "protocol": "TCP"}
+    assert result.status["endpoint"].endswith(":8000")
+
+
+def test_declared_port_is_the_serving_port():
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0]["ports"] = [{"port": 9100}]
+    result = sync(md)
+    c = engine(pods(result)[0])
+    assert c["command"][c["command"].index("--port") + 1] == "9100"
+    assert services(result)[0]["spec"]["ports"][0]["port"] == 9100
+
+
+def test_take_over_command_is_the_whole_argv_and_reports_unmanaged():
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0]["command"] = ["bash", "-c", "exec vllm serve my-model --port 8000"]
+    md["spec"]["roles"][0]["extraArgs"] = ["--ignored"]
+    result = sync(md)
+    c = engine(pods(result)[0])
+    assert c["command"] == ["bash", "-c", "exec vllm serve my-model --port 8000"]
+    assert result.status["roles"][0]["unmanaged"] is True
+
+
+def test_cpu_only_and_slices_render_their_requests():
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0]["instanceType"] = "gpustack-cpu-linux-amd64"
+    md["spec"]["roles"][0]["resources"] = {}
+    md["spec"]["roles"][0]["image"] = "cpu-engine:1"
+    assert engine(pods(sync(md))[0])["resources"]["requests"] == {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "15Gi"}
+
+
+def test_scale_up_keeps_survivors_byte_identical_and_scale_down_sheds_the_highest():
+    first = sync(parent("qwen-chat"))
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    bigger = parent("qwen-chat")
+    bigger["spec"]["roles"][0]["replicas"] = 6
+    groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
+    grown = sync(bigger, children=observed, extra_related=groups)
+    by_name = {p["metadata"]["name"]: p for p in pods(grown)}
+    assert len(by_name) == 6
+    for pod in pods(first):
+        assert orjson.dumps(by_name[pod["metadata"]["name"]], option=orjson.OPT_SORT_KEYS) == \
+            orjson.dumps(pod, option=orjson.OPT_SORT_KEYS)
+    smaller = parent("qwen-chat")
+    smaller["spec"]["roles"][0]["replicas"] = 2
+    shrunk = sync(smaller, children=observed, extra_related=groups)
+    assert sorted(p["metadata"]["labels"][vocab.LABEL_POD_ORDINAL] for p in pods(shrunk)) == ["0", "1"]
+    deleted = {i.name for i in shrunk.intents if type(i).__name__ == "DeleteWorkload"}
+    assert deleted == {names.pod_group("team-a", "qwen-chat", "server", o) for o in (2, 3)}
+    leaving = [i for i in shrunk.intents if getattr(i, "reason", None) == vocab.EVENT_REPLICA_LEAVING]
+    assert len(leaving) == 2 and all("30s" in e.message for e in leaving)
+
+
+def test_status_is_deterministic_and_carries_transition_times():
+    md = parent("qwen-chat")
+    first = sync(md)
+    md["status"] = first.status
+    later = copy.deepcopy(md)
+    again = sync(later)
+    assert again.status == first.status
+    # A condition whose status moves gets a new lastTransitionTime; the others keep theirs.
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
+    from app.control.sync import reconcile, SyncSettings
+    from app.api.hooks import HookRequest
+    from tests.helpers import request
+    moved = reconcile(HookRequest.model_validate(request(md, children=observed, extra_related=groups)),
+                      SyncSettings(), now="2026-11-29T13:00:00Z")
+    quota = next(c for c in moved.status["conditions"] if c["type"] == vocab.COND_QUOTA_RESERVED)
+    weights = next(c for c in moved.status["conditions"] if c["type"] == vocab.COND_WEIGHTS_READY)
+    assert quota["status"] == "True" and quota["lastTransitionTime"] == "2026-11-29T13:00:00Z"
+    assert weights["lastTransitionTime"] == NOW
+    assert moved.status["phase"] == vocab.PHASE_READY and moved.status["roleSummary"] == "4S"
+
+
+def test_render_failure_names_the_role_and_whether_it_resolves():
+    world = copy.deepcopy(world_objects())
+    for obj in world:
+        if obj["metadata"]["name"] == "gpustack-nvidia-a10g-linux-amd64":
+            obj["status"]["detail"]["manufacturer"] = "cambricon"
+    with pytest.raises(SyncFailed) as err:
+        sync(parent("qwen-chat"), world=world)
+    assert "no runner backend" in str(err.value) and err.value.resolves_later is False
+    (event,) = err.value.intents
+    assert event.reason == vocab.EVENT_RENDER_FAILED and event.type == "Warning"
+
+
+def test_runtime_version_skew_is_an_event_naming_taken_and_skipped():
+    md = parent("pd-pair")
+    result = sync(md)
+    skew = [i for i in result.intents if getattr(i, "reason", None) == vocab.EVENT_RUNTIME_VERSION_SKEW]
+    assert skew and "12.8" in skew[0].message and "12.9" in skew[0].message
+    assert len({e.name for e in skew}) == 1  # both roles on one type say the same thing once
+
+
+def test_finalize_answers_finalized_only_when_nothing_is_left():
+    md = parent("qwen-chat")
+    first = sync(md)
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    pending = sync(md, children=observed, finalizing=True)
+    assert pending.finalized is False and pods(pending) == []
+    assert result_phase(pending) == vocab.PHASE_DELETING
+    done = sync(md, finalizing=True)
+    assert done.finalized is True
+
+
+def result_phase(result):
+    return result.status["phase"]
+
+
+def test_artifact_not_resolved_creates_no_pod():
+    md = parent("qwen-chat")
+    md["spec"]["model"]["artifactRef"] = {"name": "qwen-weights"}
+    result = sync(md)
+    assert pods(result) == []
+    assert condition(result, vocab.COND_WEIGHTS_READY)["reason"] == vocab.REASON_ARTIFACT_NOT_FOUND
+    artifact = {"apiVersion": vocab.API_VERSION, "kind": vocab.KIND_MODEL_ARTIFACT,
+                "metadata": {"name": "qwen-weights", "namespace": "team-a"},
+                "spec": {"source": {"persistentVolumeClaim": {"claimName": "weights", "path": "qwen"}}},
+                "status": {"conditions": [{"type": "Resolved", "status": "True"}], "resolved": {"revision": "r1"}}}
+    result = sync(md, extra_related=[artifact])
+    pod = pods(result)[0]
+    c = engine(pod)
+    assert c["command"][2] == "/var/lib/gpustack/model/qwen"
+    assert c["command"][c["command"].index("--served-model-name") + 1] == "Qwen/Qwen2.5-72B-Instruct"
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["spec"]["volumes"]
+    assert condition(result, vocab.COND_WEIGHTS_READY)["status"] == "True"
+
+
+def test_customize_selects_types_binding_pools_artifact_and_workloads():
+    rules = customize(parent("pd-pair"))["relatedResources"]
+    by_resource = {r["resource"]: r for r in rules}
+    assert by_resource["instancetypes"]["names"] == ["gpustack-nvidia-h20-linux-amd64"]
+    assert by_resource["kvcachepoolbindings"] == {"apiVersion": vocab.API_VERSION, "resource": "kvcachepoolbindings",
+                                                  "namespace": "team-a", "names": ["team-a-dram"]}
+    assert by_resource["kvcachepools"]["labelSelector"] == {"matchLabels": {}}
+    assert len(by_resource["workloads"]["names"]) == 4
+    assert by_resource["workloads"]["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+
+
+def test_router_objects_and_instance_services():
+    result = sync(parent("pd-pair"))
+    kinds = sorted(c["kind"] for c in result.children if c["kind"] not in ("Pod",))
+    assert kinds.count("Deployment") == 1 and "ConfigMap" in kinds and "Role" in kinds
+    assert result.status["endpoint"] == "http://pd-demo-router.team-a.svc:8000"
+    assert by_kind(result, "Deployment")[0]["spec"]["replicas"] == 1
