@@ -20,28 +20,9 @@ from app import vocab
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
-
-# TEMPORARY until app.engines.owned lands: the SPEC §6 table.
-class owned:  # noqa: N801
-    _FLAGS = {vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config", "--kv-events-config"}),
-              vocab.ENGINE_SGLANG: frozenset({"--hicache-storage-backend", "--hicache-storage-backend-extra-config",
-                                              "--disaggregation-mode", "--disaggregation-transfer-backend",
-                                              "--disaggregation-bootstrap-port"})}
-    _ENV = {vocab.ENGINE_VLLM: frozenset({"MOONCAKE_CONFIG_PATH", "VLLM_MOONCAKE_BOOTSTRAP_PORT"}),
-            vocab.ENGINE_SGLANG: frozenset({"SGLANG_HICACHE_MOONCAKE_CONFIG_PATH", "MOONCAKE_MASTER",
-                                            "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_PROTOCOL", "MOONCAKE_DEVICE",
-                                            "MOONCAKE_GLOBAL_SEGMENT_SIZE", "MOONCAKE_LOCAL_HOSTNAME",
-                                            "MOONCAKE_TENANT_ID"})}
-
-    @staticmethod
-    def owned_flags(engine: str) -> frozenset[str]:
-        return owned._FLAGS[engine]
-
-    @staticmethod
-    def owned_env(engine: str) -> frozenset[str]:
-        return owned._ENV[engine]
-
+from app.engines import owned
 from app.engines.common import kv_events_rendered
+from app.engines.flags import flags_for
 from app.render.context import DeploymentContext, RenderOptions, build_context
 from app.render.pod import ROUTING_PROXY_ENGINE_PORT, routing_proxy_rendered
 from app.world import World
@@ -80,10 +61,6 @@ def role_line(engine: str, role: Role) -> RoleLine | None:
     return RoleLine([engine_argv.expand_references(a, env) for a in args], "command", offset)
 
 
-def _shown(option: engine_argv.Option) -> str:
-    return option.spelling
-
-
 def _is_spelling_of(option: engine_argv.Option) -> str:
     """`--kv_transfer_config is --kv-transfer-config, which` / `--kv-transfer-config, which`."""
     if option.spelling == option.flag:
@@ -97,34 +74,33 @@ def _is_spelling_of(option: engine_argv.Option) -> str:
 def owned_arguments(subject: Subject) -> list[Refusal]:
     """Rule 12 (arguments): an owned flag in a managed role's extraArgs, in any spelling the engine reads."""
     engine = subject.engine
-    flags = owned.owned_flags(engine)
+    flags = owned.owned_flags(engine, kv_cache_dtype_owned=False)  # the conditional dtype is rule 13
     out: list[Refusal] = []
     for index, role in enumerate(subject.md.spec.roles):
         if not role.managed:
-            continue
+            continue  # extraArgs beside a take-over command is inert: refused nothing
         line = role_line(engine, role)
         if line is None:
             continue
-        parsed = engine_argv.parse_argv(engine, line.args)
-        for option in parsed.options:
-            if option.flag in flags:
-                out.append(Refusal(line.path(option.index, index),
-                                   f"{_is_spelling_of(option)} the operator owns on {engine}",
-                                   f"remove it, or {TAKE_OVER}"))
-        for amb in parsed.ambiguous:
+        for use in owned.owned_arg_uses(engine, line.args, kv_cache_dtype_owned=False):
+            shown = f"{use.flag}, which" if use.spelled_exactly else f"{use.spelling} is {use.flag}, which"
+            out.append(Refusal(line.path(use.index, index), f"{shown} the operator owns on {engine}",
+                               f"remove it, or {TAKE_OVER}"))
+        # A prefix of several options is refused by the engine itself; when an owned flag is among
+        # them, an engine version with fewer options would read it as that flag, so it is refused here.
+        for amb in engine_argv.parse_argv(engine, line.args).ambiguous:
             hits = sorted({c for c in amb.candidates if _canonical(engine, c) in flags})
             if hits:
+                shown = ", ".join(amb.candidates[:6]) + ("…" if len(amb.candidates) > 6 else "")
                 out.append(Refusal(line.path(amb.index, index),
-                                   f"{amb.token.partition('=')[0]} is an ambiguous prefix of {', '.join(amb.candidates[:6])}"
-                                   f"{'…' if len(amb.candidates) > 6 else ''}, among them {', '.join(hits)}, which the "
-                                   f"operator owns on {engine}; {engine} refuses an ambiguous option",
+                                   f"{amb.token.partition('=')[0]} is an ambiguous prefix of {shown}, among them "
+                                   f"{', '.join(hits)}, which the operator owns on {engine}; {engine} refuses an "
+                                   "ambiguous option",
                                    f"spell the option you mean in full; an owned one cannot be set here — {TAKE_OVER}"))
     return out
 
 
 def _canonical(engine: str, option_string: str) -> str:
-    from app.engines.flags import flags_for
-
     return flags_for(engine).canonical(option_string)
 
 
@@ -136,7 +112,7 @@ def owned_env(subject: Subject) -> list[Refusal]:
     engines that own it (the reuse domain is a security property); the other cache variables are
     the take-over role's own, since the operator configures no cache client for it."""
     engine = subject.engine
-    names = owned.owned_env(engine)
+    names = owned.owned_env_names(engine)
     out: list[Refusal] = []
     for index, role in enumerate(subject.md.spec.roles):
         for j, entry in enumerate(role.env):
@@ -161,7 +137,7 @@ def owned_env(subject: Subject) -> list[Refusal]:
 
 # --- rule 13: --kv-cache-dtype ----------------------------------------------------------------
 
-KV_CACHE_DTYPE = "--kv-cache-dtype"
+KV_CACHE_DTYPE = owned.KV_CACHE_DTYPE_FLAG
 
 
 def _carries_dtype(engine: str, role: Role | None) -> bool:
@@ -361,24 +337,23 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
 
 # --- warnings ---------------------------------------------------------------------------------
 
-API_KEY = "--api-key"
 API_KEY_WARNING = ("guards the engine's /v1 routes: probes and gates reading /v1 (a decode role's /v1/models) get "
                    "401, so a disaggregated pair's decoder never becomes Ready; north-south auth belongs at the gateway")
 
 
 def api_key_notices(subject: Subject) -> list[Notice]:
-    """--api-key / VLLM_API_KEY are accepted (not owned) with a warning."""
+    """--api-key / VLLM_API_KEY are not owned: accepted, with a warning."""
     engine = subject.engine
     out: list[Notice] = []
     for index, role in enumerate(subject.md.spec.roles):
         line = role_line(engine, role)
-        if line is not None:
-            for option in engine_argv.parse_argv(engine, line.args).of(API_KEY):
-                out.append(Notice(line.path(option.index, index), f"{option.spelling} {API_KEY_WARNING}"))
-        if engine == vocab.ENGINE_VLLM:
-            for j, entry in enumerate(role.env):
-                if entry.name == vocab.ENV_VLLM_API_KEY:
-                    out.append(Notice(role_path(index, f"env[{j}].name"), f"{entry.name} {API_KEY_WARNING}"))
+        env_names = [e.name for e in role.env]
+        for use in owned.api_key_uses(engine, line.args if line is not None else [], env_names):
+            if use.kind == "env":
+                path = role_path(index, f"env[{env_names.index(use.name)}].name")
+            else:
+                path = line.path(use.index or 0, index) if line is not None else role_path(index)
+            out.append(Notice(path, f"{use.spelling} {API_KEY_WARNING}"))
     return out
 
 

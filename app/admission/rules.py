@@ -500,17 +500,47 @@ def cache_binding(subject: Subject) -> list[Refusal]:
                         "name a KVCachePoolBinding in this namespace (an administrator creates it to grant the pool), "
                         "or remove spec.kvCache")]
     binding, pool, backend = _cache_chain(subject)
-    if backend is None or not new_binding(subject):
+    if binding is None or not new_binding(subject):
         return []
+    out = _binding_dtype(subject, binding)
+    if backend is None:
+        return out
     protocols = backend_protocols(backend)
     if len(protocols) > 1:
-        return [Refusal(
+        out.append(Refusal(
             "spec.kvCache.poolRef.name",
             f"KVCachePoolBinding {spec.pool_ref.name!r} grants pool {pool.metadata.name if pool else '?'!r}, whose "
             f"backend {backend.metadata.name!r} has member groups on different protocols ({', '.join(sorted(protocols))});"
             " a new binding would render only one of them and reads of blocks on the others would fail",
             "have an administrator give every member group of the backend one protocol, or bind a pool whose groups "
             "agree",
+        ))
+    return out
+
+
+# The --kv-cache-dtype spellings of SPEC §11. Only a value one engine lists and the other does not
+# is refused (bf16 on vLLM; fp8 and float16 on SGLang): other values may come with newer versions.
+KV_CACHE_DTYPES = {
+    vocab.ENGINE_VLLM: frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}),
+    vocab.ENGINE_SGLANG: frozenset({"auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"}),
+}
+
+
+def _binding_dtype(subject: Subject, binding: KVCachePoolBinding) -> list[Refusal]:
+    """A new binding whose dtype the operator would render as a --kv-cache-dtype the engine refuses."""
+    dtype = binding.spec.domain.dtype
+    engine = subject.engine
+    if not dtype or not subject.kv_cache_dtype_owned or not any(r.managed for r in subject.md.spec.roles):
+        return []
+    known = KV_CACHE_DTYPES[vocab.ENGINE_VLLM] | KV_CACHE_DTYPES[vocab.ENGINE_SGLANG]
+    accepted = KV_CACHE_DTYPES.get(engine, known)
+    if dtype in known and dtype not in accepted:
+        return [Refusal(
+            "spec.kvCache.poolRef.name",
+            f"KVCachePoolBinding {binding.metadata.name!r} has dtype {dtype!r}, which the operator renders as --kv-cache-dtype and {engine} does not accept "
+            f"({', '.join(sorted(accepted))})",
+            "bind a KVCachePoolBinding whose domain has a dtype this engine reads, or take over the command line of "
+            "every role with roles[].command",
         )]
     return []
 

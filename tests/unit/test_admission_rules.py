@@ -450,6 +450,7 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
                                          decode={"resources": {"accelerator": 2, "interface": 2}}),
                                     lambda o: spec(o).update(kvTransfer={"protocol": "RDMA"})), None),
     ("interface-on-efa-cache", cached(server(resources={"accelerator": 1, "interface": 1}), "team-a-efa"), None),
+    ("binding-dtype-on-take-over-only", cached(sglang(command=["sh", "-c", "x"]), "team-a-rdma"), None),
     ("interface-zero", server(resources={"accelerator": 1, "interface": 0}), None),
     ("sliced-pair-on-different-groups",
      pair(prefill={"instanceType": A10G, "resources": {"acceleratorSlicedMemoryPercentage": 50}}), None),
@@ -493,6 +494,7 @@ def test_all_refusals_are_reported_at_once() -> None:
 
 def test_setting_off_neither_renders_nor_refuses_the_dtype() -> None:
     assert run(cached(server(extraArgs=["--kv-cache-dtype", "fp8"])), owned=False).allowed
+    assert run(cached(sglang(), "team-a-rdma"), owned=False).allowed
 
 
 def test_api_key_is_accepted_with_a_warning() -> None:
