@@ -1,0 +1,600 @@
+"""Reading an engine command line the way that engine's own parser reads it. Pure, no I/O.
+
+Why this exists: admission refuses operator-owned flags "in every spelling the engine reads as
+that flag", validates parallel degrees and follows `--port`. A reading that differs from the
+engine's is either a bypass (a spelling we miss) or a false refusal (a spelling we invent), so the
+rules below copy the parsers' behaviour, with the flag lists of `app/engines/flags.py`:
+
+- argparse (Python 3.12+, `allow_abbrev=True`): an exact option string wins; otherwise a `--` token
+  (the part before `=`) resolves to the option strings it is a prefix of — one is a match, several
+  are an ambiguity (argparse refuses the line; we report it, never guess). A one-dash token also
+  matches a one-letter short option with its value attached (`-n2`). A token that looks like an
+  option is never consumed as a value (except a negative number or a token with a space).
+- vLLM's `FlexibleArgumentParser` first rewrites the line: in `--` tokens `_` becomes `-` before
+  the first `.` (and before `=`); any `-`token with a `.` in its name is a dotted JSON member
+  (`--kv-transfer-config.kv_role kv_both`), pulled out with the next token (or its `=value`) and
+  handed to argparse as `--kv-transfer-config '{"kv_role": "kv_both"}'` — so its name resolves
+  like any other (prefixes included); `-O3`/`-O=3`/`-O 3` mean `--optimization-level 3`.
+- SGLang: plain argparse, no underscore conversion, no dotted members.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from app import vocab
+from app.engines.flags import EngineFlags, flags_for
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_K8S_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
+_OPT_LEVEL = "--optimization-level"
+_OPT_LEVELS = frozenset({"0", "1", "2", "3"})
+
+
+# --- One token --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A token the engine's parser reads as one known option."""
+
+    flag: str  # canonical long option, e.g. "--kv-transfer-config"
+    option_string: str  # the exact option string matched, e.g. "-tp", "--disable-expert-parallel"
+    spelling: str  # the option as written, without any "=value", e.g. "--kv_transfer_conf"
+    explicit_value: str | None  # the "=value" (or attached short-option value), if any
+    member: str | None = None  # vLLM dotted member path ("kv_role"), else None
+    abbreviated: bool = False  # reached through a unique prefix, not an exact option string
+
+
+@dataclass(frozen=True)
+class Ambiguous:
+    """A token that is a prefix of several option strings: the engine refuses the command line."""
+
+    token: str
+    spelling: str
+    candidates: tuple[str, ...]  # the option strings it could match, sorted
+
+
+class _Unknown:
+    """Marker: the token looks like an option, but the engine has no such option."""
+
+
+_UNKNOWN = _Unknown()
+
+
+def _vllm_rewrite(token: str) -> str:
+    """vLLM turns `_` into `-` in a `--` token's name, up to the first `.` and before `=`."""
+    if not token.startswith("--"):
+        return token
+    key, sep, value = token.partition("=")
+    head, dot, tail = key[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + tail + sep + value
+
+
+def _option_tuples(flags: EngineFlags, arg: str) -> list[tuple[str, str | None]]:
+    """argparse's prefix search: every option string `arg` may abbreviate, with its value."""
+    prefix, sep, explicit = arg.partition("=")
+    value = explicit if sep else None
+    if arg.startswith("--"):
+        return [(o, value) for o in flags.options if o.startswith(prefix)]
+    found: list[tuple[str, str | None]] = []
+    for o in flags.options:
+        if o == arg[:2]:
+            found.append((o, arg[2:]))
+        elif o.startswith(prefix):
+            found.append((o, value))
+    return found
+
+
+def _match(flags: EngineFlags, arg: str, spelling: str) -> Resolved | Ambiguous | _Unknown | None:
+    """argparse's `_parse_optional`: option, ambiguity, unknown option, or positional (None)."""
+    if not arg or arg[0] != "-" or arg == "-":
+        return None
+    if arg in flags.options:
+        return Resolved(flags.canonical(arg), arg, spelling, None)
+    name, sep, explicit = arg.partition("=")
+    if sep and name in flags.options:
+        return Resolved(flags.canonical(name), name, spelling.partition("=")[0], explicit)
+    found = _option_tuples(flags, arg)
+    if len(found) > 1:
+        return Ambiguous(arg, spelling.partition("=")[0], tuple(sorted(o for o, _ in found)))
+    if len(found) == 1:
+        (option, value), = found
+        written = spelling.partition("=")[0]
+        if option == arg[:2] and not arg.startswith("--"):
+            written = spelling[:2]
+        prefix = not (option == arg[:2] and not arg.startswith("--"))
+        return Resolved(flags.canonical(option), option, written, value, None, prefix)
+    if _NEGATIVE_NUMBER.match(arg) or " " in arg:
+        return None
+    return _UNKNOWN
+
+
+def _classify(flags: EngineFlags, token: str) -> Resolved | Ambiguous | _Unknown | None:
+    """How the engine reads one token outside vLLM's dotted pass (see the module docstring)."""
+    if token == "--":
+        return None
+    if flags.underscores_to_dashes:
+        if token.startswith("-O") and not token.startswith("--") and token != "-O":
+            value = token[3:] if token[2] == "=" else token[2:]
+            return Resolved(_OPT_LEVEL, _OPT_LEVEL, "-O", value)
+        return _match(flags, _vllm_rewrite(token), token)
+    return _match(flags, token, token)
+
+
+def _dotted(flags: EngineFlags, token: str) -> tuple[str, str, str | None] | None:
+    """vLLM's dotted form: (name, member path, "=value" or None), or None if not dotted."""
+    if not flags.dotted_members or not token.startswith("-"):
+        return None
+    key, sep, value = _vllm_rewrite(token).partition("=")
+    if "." not in key:
+        return None
+    name, _, member = key.partition(".")
+    return name, member.removesuffix("+"), value if sep else None
+
+
+def resolve_option(engine: str, token: str) -> Resolved | Ambiguous | None:
+    """Which option `engine` reads `token` as; None for a positional or an option it lacks."""
+    flags = flags_for(engine)
+    dotted = _dotted(flags, token)
+    if dotted is not None:
+        name, member, value = dotted
+        found = _match(flags, name, token.partition("=")[0])
+        if isinstance(found, Resolved):
+            return replace(found, explicit_value=value, member=member)
+        return found if isinstance(found, Ambiguous) else None
+    found = _classify(flags, token)
+    return found if isinstance(found, (Resolved, Ambiguous)) else None
+
+
+# --- A whole command line ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option occurrence in an argv, read as the engine reads it."""
+
+    flag: str  # canonical long option
+    option_string: str  # exact option string matched ("-tp", "--no-enforce-eager")
+    spelling: str  # as written, without "=value" ("--tensor_parallel_size", "-O")
+    token: str  # the whole argv token
+    index: int  # argv index of the token
+    values: tuple[str, ...]  # the value(s) consumed: "=value", or the following token(s)
+    member: str | None = None  # vLLM dotted member path ("kv_role"), else None
+    negated: bool = False  # a no-value spelling that stores False ("--disable-expert-parallel")
+    value_missing: bool = False  # the option needs a value and the line gives none
+
+    @property
+    def value(self) -> str | None:
+        """The single value (the first one for multi-value options), or None."""
+        return self.values[0] if self.values else None
+
+
+@dataclass(frozen=True)
+class AmbiguousOption:
+    """A token the engine refuses as ambiguous (a prefix of several option strings)."""
+
+    token: str
+    index: int
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ParsedArgv:
+    """Everything one reading of an argv found."""
+
+    options: tuple[Option, ...]
+    ambiguous: tuple[AmbiguousOption, ...]
+    unknown: tuple[tuple[int, str], ...]  # (index, token) of options the engine does not have
+    config_file: bool  # `--config FILE` pulls in options admission cannot read
+
+    def of(self, flag: str) -> tuple[Option, ...]:
+        """The occurrences of one canonical flag, in argv order."""
+        return tuple(o for o in self.options if o.flag == flag)
+
+
+def _arity(flags: EngineFlags, option_string: str) -> str:
+    """How many values an option string consumes: "none", "optional", "many" or "one"."""
+    if option_string in flags.no_value:
+        return "none"
+    if option_string in flags.optional_value:
+        return "optional"
+    if option_string in flags.many_values:
+        return "many"
+    return "one"
+
+
+def parse_argv(engine: str, argv: Sequence[str]) -> ParsedArgv:
+    """Walk an argv like the engine's parser: options with values, ambiguities, unknowns."""
+    flags = flags_for(engine)
+    options: list[Option] = []
+    ambiguous: list[AmbiguousOption] = []
+    unknown: list[tuple[int, str]] = []
+    removed: set[int] = set()
+
+    # vLLM pulls dotted members (and the token after each) out before argparse runs.
+    i = 0
+    while flags.dotted_members and i < len(argv):
+        dotted = _dotted(flags, argv[i])
+        if dotted is None:
+            i += 1
+            continue
+        name, member, value = dotted
+        step = 1 if value is not None else 2
+        removed.update(range(i, i + step))
+        missing = value is None and i + 1 >= len(argv)
+        if value is None and not missing:
+            value = argv[i + 1]
+        found = _match(flags, name, argv[i].partition("=")[0])
+        if isinstance(found, Resolved):
+            options.append(
+                Option(found.flag, found.option_string, found.spelling, argv[i], i,
+                       () if value is None else (value,), member, False, missing)
+            )
+        elif isinstance(found, Ambiguous):
+            ambiguous.append(AmbiguousOption(argv[i], i, found.candidates))
+        elif found is _UNKNOWN:
+            unknown.append((i, argv[i]))
+        i += step
+
+    rest = [k for k in range(len(argv)) if k not in removed]
+    j = 0
+    after_separator = False
+    while j < len(rest):
+        k = rest[j]
+        token = argv[k]
+        j += 1
+        if after_separator:
+            continue
+        if token == "--":
+            after_separator = True
+            continue
+        if flags.underscores_to_dashes and token == "-O" and j < len(rest) and argv[rest[j]] in _OPT_LEVELS:
+            options.append(Option(_OPT_LEVEL, _OPT_LEVEL, "-O", token, k, (argv[rest[j]],)))
+            j += 1
+            continue
+        found = _classify(flags, token)
+        if found is None:
+            continue
+        if found is _UNKNOWN:
+            unknown.append((k, token))
+            continue
+        if isinstance(found, Ambiguous):
+            ambiguous.append(AmbiguousOption(token, k, found.candidates))
+            continue
+        assert isinstance(found, Resolved)
+        arity = _arity(flags, found.option_string)
+        values: tuple[str, ...] = ()
+        if found.explicit_value is not None:
+            values = (found.explicit_value,)
+        elif arity != "none":
+            taken: list[str] = []
+            limit = 1 if arity in ("one", "optional") else len(rest)
+            while j < len(rest) and len(taken) < limit and _is_value(flags, argv[rest[j]]):
+                taken.append(argv[rest[j]])
+                j += 1
+            values = tuple(taken)
+        options.append(
+            Option(found.flag, found.option_string, found.spelling, token, k, values, None,
+                   found.option_string in flags.negative, arity == "one" and not values)
+        )
+    options.sort(key=lambda o: o.index)
+    return ParsedArgv(
+        options=tuple(options),
+        ambiguous=tuple(sorted(ambiguous, key=lambda a: a.index)),
+        unknown=tuple(sorted(unknown)),
+        config_file=any(o.flag == "--config" for o in options),
+    )
+
+
+def _is_value(flags: EngineFlags, token: str) -> bool:
+    """argparse gives an option only tokens it classifies as arguments, never option-looking ones."""
+    return token != "--" and _classify(flags, token) is None
+
+
+def parse_options(engine: str, argv: Sequence[str]) -> list[Option]:
+    """The options of an argv as the engine reads them (positionals and unknowns skipped)."""
+    return list(parse_argv(engine, argv).options)
+
+
+# --- Take-over commands -----------------------------------------------------------------------
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+_PY_FLAGS_NO_ARG = frozenset(
+    {"-u", "-B", "-E", "-s", "-S", "-I", "-O", "-OO", "-q", "-P", "-b", "-bb", "-d", "-R", "-v"}
+)
+_PY_FLAGS_ARG = frozenset({"-X", "-W"})
+_VLLM_MODULES = {"vllm.entrypoints.openai.api_server": None, "vllm.entrypoints.cli.main": "serve"}
+_SGLANG_MODULES = {"sglang.launch_server": None, "sglang.cli.main": "serve"}
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _python_module(argv: Sequence[str]) -> tuple[str, list[str]] | None:
+    """`python [flags] -m MODULE ARGS...` → (MODULE, ARGS), None for any other interpreter use."""
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-m":
+            return (argv[i + 1], list(argv[i + 2:])) if i + 1 < len(argv) else None
+        if tok in _PY_FLAGS_ARG:
+            i += 2
+        elif tok in _PY_FLAGS_NO_ARG or (tok[:2] in _PY_FLAGS_ARG and len(tok) > 2):
+            i += 1
+        else:
+            return None
+    return None
+
+
+def engine_args_of_command(engine: str, command: Sequence[str]) -> list[str] | None:
+    """The engine's own arguments in a take-over command, or None when admission cannot read it."""
+    argv = list(command)
+    if argv and os.path.basename(argv[0]) == "env":
+        argv = argv[1:]
+        while argv and _ENV_ASSIGNMENT.match(argv[0]):
+            argv = argv[1:]
+    if not argv:
+        return None
+    program = os.path.basename(argv[0])
+    if engine == vocab.ENGINE_VLLM:
+        if program == "vllm":
+            return argv[2:] if argv[1:2] == ["serve"] else None
+        modules = _VLLM_MODULES
+    elif engine == vocab.ENGINE_SGLANG:
+        if program == "sglang":
+            return _sglang_serve_args(argv[2:]) if argv[1:2] == ["serve"] else None
+        modules = _SGLANG_MODULES
+    else:
+        flags_for(engine)  # raises for an unknown engine
+        return None
+    if not _PYTHON.match(program):
+        return None
+    found = _python_module(argv)
+    if found is None or found[0] not in modules:
+        return None
+    module, args = found
+    subcommand = modules[module]
+    if subcommand is None:
+        return args
+    if args[:1] != [subcommand]:
+        return None
+    return args[1:] if engine == vocab.ENGINE_VLLM else _sglang_serve_args(args[1:])
+
+
+def _sglang_serve_args(args: list[str]) -> list[str]:
+    """`sglang serve` drops an exact `--model-type X` before the server parser sees the line."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--model-type":
+            i += 2
+            continue
+        if args[i].startswith("--model-type="):
+            i += 1
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+# --- Kubernetes $(VAR) references -------------------------------------------------------------
+
+
+def expand_references(value: str, env: Mapping[str, str]) -> str:
+    """Kubernetes expands `$(NAME)` in command/args from the container env; `$$` escapes."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _K8S_REF.sub(one, value)
+
+
+# --- Parallel degrees -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """The parallel degrees an argv declares (engine defaults where it declares none)."""
+
+    engine: str
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+    data_local: int | None = None  # vLLM -dpl as given
+    decode_context: int = 1
+    prefill_context: int = 1  # vLLM -pcp (adds ranks)
+    expert_parallel: bool = False  # vLLM --enable-expert-parallel
+    expert: int | None = None  # SGLang --ep-size (inside the TP group)
+    attention_data: int = 1  # SGLang --attn-dp-size (inside the TP group)
+    nnodes: int = 1  # --nnodes: the engine splits its ranks over this many nodes itself
+    data_external_lb: bool = False  # vLLM --data-parallel-external-lb or --data-parallel-rank
+    data_from_env: bool = False  # vLLM: data came from VLLM_DP_SIZE (one DP rank per process)
+
+
+@dataclass(frozen=True)
+class DegreeProblem:
+    """A degree the engine cannot read: its process would exit at start."""
+
+    flag: str  # canonical flag or env name
+    spelling: str  # as written
+    value: str | None
+    index: int | None  # argv index, None for an env variable
+    message: str
+
+
+@dataclass(frozen=True)
+class DegreeReading:
+    """Degrees plus every problem found reading them."""
+
+    degrees: Degrees
+    problems: tuple[DegreeProblem, ...]
+
+
+_VLLM_DEGREES = {
+    "--tensor-parallel-size": "tensor",
+    "--pipeline-parallel-size": "pipeline",
+    "--data-parallel-size": "data",
+    "--data-parallel-size-local": "data_local",
+    "--decode-context-parallel-size": "decode_context",
+    "--prefill-context-parallel-size": "prefill_context",
+    "--nnodes": "nnodes",
+}
+_SGLANG_DEGREES = {
+    "--tp-size": "tensor",
+    "--pp-size": "pipeline",
+    "--dp-size": "data",
+    "--ep-size": "expert",
+    "--attn-dp-size": "attention_data",
+    "--dcp-size": "decode_context",
+    "--nnodes": "nnodes",
+}
+DEGREE_FLAGS: Mapping[str, Mapping[str, str]] = {
+    vocab.ENGINE_VLLM: _VLLM_DEGREES,
+    vocab.ENGINE_SGLANG: _SGLANG_DEGREES,
+}
+
+
+def _read_int(flag: str, spelling: str, raw: str | None, index: int | None, engine: str,
+              env: Mapping[str, str], member: str | None = None) -> tuple[int | None, DegreeProblem | None]:
+    """One whole number ≥ 1 as the engine's `int` converter reads it, or the problem with it."""
+    shown = spelling if raw is None else f"{spelling} {raw}"
+    if member is not None:
+        return None, DegreeProblem(flag, spelling, raw, index,
+                                   f"`{shown}`: {flag} takes a whole number, not a JSON member (.{member})")
+    if raw is None:
+        message = f"`{spelling}` is given no value: {engine} needs a whole number of at least 1 for {flag}"
+        return None, DegreeProblem(flag, spelling, None, index, message)
+    text = expand_references(raw, env)
+    try:
+        n = int(text)
+    except ValueError:
+        return None, DegreeProblem(flag, spelling, raw, index,
+                                   f"`{shown}`: {flag} must be a whole number, got {text!r}")
+    if n < 1:
+        return None, DegreeProblem(flag, spelling, raw, index,
+                                   f"`{shown}`: {flag} must be at least 1, got {n}")
+    return n, None
+
+
+def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> DegreeReading:
+    """The degrees an argv declares, with every unreadable degree as a problem (last value wins)."""
+    env = env or {}
+    parsed = parse_argv(engine, argv)
+    table = DEGREE_FLAGS[flags_for(engine).engine]
+    found: dict[str, int] = {}
+    problems: list[DegreeProblem] = []
+    for o in parsed.options:
+        field = table.get(o.flag)
+        if field is None:
+            continue
+        n, problem = _read_int(o.flag, o.spelling, o.value, o.index, engine, env, o.member)
+        if problem is not None:
+            problems.append(problem)
+        elif n is not None:
+            found[field] = n
+    flags_seen = {o.flag: o for o in parsed.options}
+    if engine == vocab.ENGINE_VLLM:
+        ep = flags_seen.get("--enable-expert-parallel")
+        lb = flags_seen.get("--data-parallel-external-lb")
+        degrees = Degrees(
+            engine=engine,
+            expert_parallel=ep is not None and not ep.negated,
+            data_external_lb=(lb is not None and not lb.negated) or "--data-parallel-rank" in flags_seen,
+            **found,
+        )
+        raw = env.get(vocab.ENV_VLLM_DP_SIZE)
+        if raw is not None and degrees.data == 1:
+            # vLLM reads VLLM_DP_SIZE only when the line leaves data parallelism at 1.
+            n, problem = _read_int(vocab.ENV_VLLM_DP_SIZE, vocab.ENV_VLLM_DP_SIZE, raw, None, engine, {})
+            if problem is not None:
+                problems.append(problem)
+            elif n is not None and n > 1:
+                degrees = replace(degrees, data=n, data_from_env=True)
+        return DegreeReading(degrees, tuple(problems))
+    degrees = Degrees(engine=engine, **found)
+    if "--enable-dp-attention" in flags_seen and degrees.attention_data == 1:
+        # SGLang folds the deprecated `--dp-size N --enable-dp-attention` into `--attn-dp-size N`.
+        degrees = replace(degrees, attention_data=degrees.data, data=1)
+    return DegreeReading(degrees, tuple(problems))
+
+
+def declared_width(degrees: Degrees, *, pods: int = 1) -> int:
+    """Cards one Pod's engine addresses, computed as the engine lays its ranks out on a node."""
+    if degrees.engine == vocab.ENGINE_VLLM:
+        total, per_node = _vllm_width(degrees)
+    else:
+        total, per_node = _sglang_width(degrees)
+    if pods > 1 and degrees.nnodes == 1:
+        # No --nnodes: the engine may still spread its world over the instance (Ray); the
+        # most one Pod can be asked for is an even share of the whole world.
+        return max(1, math.ceil(total / pods))
+    return per_node
+
+
+def _vllm_width(d: Degrees) -> tuple[int, int]:
+    """vLLM 0.33: world = tp×pp×pcp per DP rank; a node hosts dp_local ranks of its share."""
+    world = d.tensor * d.pipeline * d.prefill_context
+    if d.data_from_env or d.data_external_lb:
+        local = 1
+    elif d.data_local is not None:
+        local = d.data_local
+    elif d.nnodes > 1:
+        local = max((d.data * world // d.nnodes) // world, 1)
+    else:
+        local = d.data
+    if d.nnodes > 1:
+        within_dp = max(d.nnodes // max(d.data // max(local, 1), 1), 1)
+        return local * world, local * max(world // within_dp, 1)
+    return local * world, local * world
+
+
+def _sglang_width(d: Degrees) -> tuple[int, int]:
+    """SGLang 0.5.23: replicas × tp × pp GPUs, tp and pp split over --nnodes; attention DP adds none."""
+    replicas = d.data if d.attention_data == 1 else 1
+    total = replicas * d.tensor * d.pipeline
+    pp_per_node = max(d.pipeline // d.nnodes, 1)
+    nodes_per_pp_rank = max(d.nnodes // d.pipeline, 1)
+    tp_per_node = max(d.tensor // nodes_per_pp_rank, 1)
+    return total, (replicas - 1) * d.tensor * d.pipeline + pp_per_node * tp_per_node
+
+
+# --- Port -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PortReading:
+    """The `--port` an argv gives the engine (last occurrence wins), or why it cannot be read."""
+
+    port: int | None  # None: no --port (the engine's default applies) or a problem
+    spelling: str | None = None
+    raw: str | None = None
+    index: int | None = None
+    problem: str | None = None
+
+
+def read_port(engine: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> PortReading:
+    """The port the engine will listen on per its argv: any spelling, `=value`, last one wins."""
+    env = env or {}
+    reading = PortReading(None)
+    for o in parse_argv(engine, argv).of("--port"):
+        shown = o.spelling if o.value is None else f"{o.spelling} {o.value}"
+        if o.member is not None or o.value is None:
+            why = "is given no value" if o.value is None else "is not a port number"
+            message = f"`{shown}` {why}: --port needs an integer in 1..65535"
+            return PortReading(None, o.spelling, o.value, o.index, message)
+        text = expand_references(o.value, env)
+        try:
+            port = int(text)
+        except ValueError:
+            return PortReading(None, o.spelling, o.value, o.index,
+                               f"`{shown}`: --port must be an integer in 1..65535, got {text!r}")
+        if not 1 <= port <= 65535:
+            return PortReading(None, o.spelling, o.value, o.index,
+                               f"`{shown}`: --port must be in 1..65535, got {port}")
+        reading = PortReading(port, o.spelling, o.value, o.index)
+    return reading

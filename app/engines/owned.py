@@ -1,0 +1,130 @@
+"""The operator-owned keys of SPEC §6, per engine, and where an argv or env uses them. Pure.
+
+Why: the operator renders these arguments and variables itself; a user-supplied duplicate cannot be
+told apart from the operator's (or, for SGLang's Mooncake config sources, silently replaces the
+whole client configuration). Ownership is per (engine, key): a key one engine owns is an ordinary
+user argument or variable on the other. Flags are matched in every spelling the engine reads as
+that flag (`app/engines/argv.py`); env names are matched exactly, as the engine reads them.
+
+Not readable here, and so not refused here: a take-over `roles[].command` (it owns its whole line
+by design), a `--config FILE` whose options live in a file inside the image
+(`ParsedArgv.config_file` says when a line has one), and a token the engine refuses as an
+ambiguous prefix (the engine will not start; `ParsedArgv.ambiguous` lists them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Iterable, Mapping, Sequence
+
+from app import vocab
+from app.engines.argv import parse_argv
+from app.engines.flags import flags_for
+
+KV_CACHE_DTYPE_FLAG: Final = "--kv-cache-dtype"
+API_KEY_FLAG: Final = "--api-key"
+
+OWNED_FLAGS: Final[Mapping[str, frozenset[str]]] = {
+    vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config", "--kv-events-config"}),
+    vocab.ENGINE_SGLANG: frozenset(
+        {
+            "--hicache-storage-backend",
+            "--hicache-storage-backend-extra-config",
+            "--disaggregation-mode",
+            "--disaggregation-transfer-backend",
+            "--disaggregation-bootstrap-port",
+        }
+    ),
+}
+
+OWNED_ENV: Final[Mapping[str, frozenset[str]]] = {
+    vocab.ENGINE_VLLM: frozenset(
+        {vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, *vocab.REPLICA_ENV}
+    ),
+    vocab.ENGINE_SGLANG: frozenset(
+        {
+            vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH,
+            vocab.ENV_MOONCAKE_MASTER,
+            vocab.ENV_MOONCAKE_TE_META_DATA_SERVER,
+            vocab.ENV_MOONCAKE_PROTOCOL,
+            vocab.ENV_MOONCAKE_DEVICE,
+            vocab.ENV_MOONCAKE_GLOBAL_SEGMENT_SIZE,
+            vocab.ENV_MOONCAKE_LOCAL_HOSTNAME,
+            vocab.ENV_MOONCAKE_TENANT_ID,
+            *vocab.REPLICA_ENV,
+        }
+    ),
+}
+
+API_KEY_ENV: Final[Mapping[str, frozenset[str]]] = {
+    vocab.ENGINE_VLLM: frozenset({vocab.ENV_VLLM_API_KEY}),
+    # SGLang 0.5.23 reads its API key from `--api-key` only.
+    vocab.ENGINE_SGLANG: frozenset(),
+}
+
+
+def owned_flags(engine: str, *, kv_cache_dtype_owned: bool) -> frozenset[str]:
+    """The canonical flags the operator owns on `engine`; `--kv-cache-dtype` only when asked."""
+    base = OWNED_FLAGS[flags_for(engine).engine]
+    return base | {KV_CACHE_DTYPE_FLAG} if kv_cache_dtype_owned else base
+
+
+def owned_env_names(engine: str) -> frozenset[str]:
+    """The env names the operator owns on `engine` (exact names; a name prefix means nothing)."""
+    return OWNED_ENV[flags_for(engine).engine]
+
+
+@dataclass(frozen=True)
+class OwnedUse:
+    """One use of an owned flag in a user argv, with what a refusal message needs."""
+
+    engine: str  # vocab.ENGINE_VLLM / vocab.ENGINE_SGLANG
+    flag: str  # the canonical owned flag, e.g. "--kv-transfer-config"
+    spelling: str  # as written, without "=value", e.g. "--kv_transfer_config", "--kv-transfer-conf"
+    token: str  # the whole argv token
+    index: int  # its index in the argv that was read
+    member: str | None = None  # vLLM dotted member ("kv_role") when spelt that way
+
+    @property
+    def spelled_exactly(self) -> bool:
+        """Whether the user wrote the canonical flag itself (the message then needs no "is")."""
+        return self.spelling == self.flag
+
+
+def owned_arg_uses(engine: str, argv: Sequence[str], *, kv_cache_dtype_owned: bool) -> list[OwnedUse]:
+    """Every occurrence of an owned flag in `argv`, in any spelling `engine` reads as that flag."""
+    owned = owned_flags(engine, kv_cache_dtype_owned=kv_cache_dtype_owned)
+    return [
+        OwnedUse(engine, o.flag, o.spelling, o.token, o.index, o.member)
+        for o in parse_argv(engine, argv).options
+        if o.flag in owned
+    ]
+
+
+def owned_env_uses(engine: str, env_names: Iterable[str]) -> list[str]:
+    """The names in `env_names` that `engine`'s operator owns, in the order given."""
+    owned = owned_env_names(engine)
+    return [name for name in env_names if name in owned]
+
+
+@dataclass(frozen=True)
+class ApiKeyUse:
+    """An engine API key set on a role: admitted, with a warning (probes on /v1 would get 401)."""
+
+    engine: str
+    kind: str  # "argument" or "env"
+    name: str  # canonical flag ("--api-key") or env name ("VLLM_API_KEY")
+    spelling: str  # as written
+    index: int | None  # argv index for an argument, None for env
+
+
+def api_key_uses(engine: str, argv: Sequence[str], env_names: Iterable[str]) -> list[ApiKeyUse]:
+    """Where a role sets the engine's API key: `--api-key` in any spelling, or its env variable."""
+    uses = [
+        ApiKeyUse(engine, "argument", API_KEY_FLAG, o.spelling, o.index)
+        for o in parse_argv(engine, argv).options
+        if o.flag == API_KEY_FLAG
+    ]
+    names = API_KEY_ENV[flags_for(engine).engine]
+    uses += [ApiKeyUse(engine, "env", n, n, None) for n in env_names if n in names]
+    return uses
