@@ -1,0 +1,55 @@
+"""The webhook configurations say what docs/admission.md says: v1 reviews, fail closed, 5 s, ours only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.main import create_app
+from app.settings import Settings
+
+WEBHOOK = Path(__file__).resolve().parents[2] / "manifests" / "webhook"
+CONFIGS = {"MutatingWebhookConfiguration": "/webhooks/mutate", "ValidatingWebhookConfiguration": "/webhooks/validate"}
+
+
+def _docs() -> dict[str, dict]:
+    out = {}
+    for path in sorted(WEBHOOK.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[doc["kind"]] = doc
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_webhook_configuration(kind: str) -> None:
+    config = _docs()[kind]
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        "gpustack-system/modeldeployment-operator-webhook"
+    (hook,) = config["webhooks"]
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "None"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["timeoutSeconds"] == 5
+    assert hook["clientConfig"]["service"] == {"name": "modeldeployment-operator", "namespace": "gpustack-system",
+                                               "port": 443, "path": CONFIGS[kind]}
+    (rule,) = hook["rules"]
+    assert rule["apiGroups"] == ["worker.gpustack.ai"] and rule["apiVersions"] == ["v1"]
+    assert rule["operations"] == ["CREATE", "UPDATE"] and rule["resources"] == ["modeldeployments"]
+
+
+def test_certificate_serves_the_service_and_feeds_the_injector() -> None:
+    docs = _docs()
+    cert = docs["Certificate"]
+    assert f"{cert['metadata']['namespace']}/{cert['metadata']['name']}" == \
+        "gpustack-system/modeldeployment-operator-webhook"
+    assert cert["spec"]["secretName"] == "modeldeployment-operator-tls"
+    assert "modeldeployment-operator.gpustack-system.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == docs["Issuer"]["metadata"]["name"]
+
+
+def test_the_paths_are_served() -> None:
+    routes = {getattr(r, "path", None) for r in create_app(Settings(kube="off")).routes}
+    assert set(CONFIGS.values()) <= routes
