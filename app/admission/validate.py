@@ -115,6 +115,12 @@ def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World |
         if old is None:
             verdict.warnings.append(Notice("oldObject", "the stored object does not read as a ModelDeployment of "
                                            "this version, so frozen fields were not compared"))
+    if md.metadata.deletion_timestamp and old is not None and isinstance(old_raw, dict) \
+            and raw.get("spec") == old_raw.get("spec"):
+        # The update of an object being deleted that leaves its spec as stored (the one that clears
+        # the finalizer, or a label edit): nothing new is admitted, and a rule added since the
+        # object was stored must not wedge its teardown.
+        return verdict
     subject = Subject(md=md, raw=raw, old=old, old_raw=old_raw if old is not None else None,
                       world=None if md.metadata.deletion_timestamp else world,
                       kv_cache_dtype_owned=kv_cache_dtype_owned)

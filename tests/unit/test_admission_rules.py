@@ -530,6 +530,15 @@ def test_rules_reading_an_instance_type_decline_while_deleting() -> None:
     assert verdict.allowed, verdict.refusals
 
 
+def test_an_unchanged_spec_never_blocks_teardown() -> None:
+    # A stored object that a later rule would refuse: its finalizer-clearing update still passes.
+    stored = server(extraArgs=["--kv-events-config", "{}"], env=[{"name": "GPUSTACK_REPLICA_SIZE", "value": "1"}])
+    assert not run(stored, stored).allowed
+    update = deleting(stored)
+    update["metadata"]["finalizers"] = []
+    assert run(update, stored).allowed
+
+
 def test_a_new_role_name_is_checked_even_when_the_deployment_existed() -> None:
     # The exemption of rule 8 is per role: a role the stored object did not have is checked.
     obj = with_(server(), lambda o: o["metadata"].update(name="qwen.chat"))
