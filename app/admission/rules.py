@@ -20,9 +20,9 @@ from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
 from app.api.v1 import Role
 from app.engines import router_flags
+from app.engines.common import transfer_leg_rendered
 from app.render import names
 from app.render.context import RenderOptions, backend_protocols, build_context
-from app.engines.common import transfer_leg_rendered
 from app.world import World
 
 MAX_ROLES = 10
@@ -371,11 +371,13 @@ def _resource_mode(index: int, role: Role, it: InstanceType) -> list[Refusal]:
     profile = res.accelerator_partitioned_profile
     name = it.metadata.name or role.instance_type
     if not it.spec.acceleratable:
-        if (cards or 0) > 0 or sliced or profile:
-            return [Refusal(f"{path}.{'acceleratorPartitionedProfile' if profile else 'acceleratorSlicedMemoryPercentage' if sliced else 'accelerator'}",
-                            f"InstanceType {name!r} is not acceleratable (CPU only) and offers no accelerator",
-                            "remove the accelerator request, or name an acceleratable InstanceType")]
-        return []
+        if not ((cards or 0) > 0 or sliced or profile):
+            return []
+        field = ("acceleratorPartitionedProfile" if profile else
+                 "acceleratorSlicedMemoryPercentage" if sliced else "accelerator")
+        return [Refusal(f"{path}.{field}",
+                        f"InstanceType {name!r} is not acceleratable (CPU only) and offers no accelerator",
+                        "remove the accelerator request, or name an acceleratable InstanceType")]
     out: list[Refusal] = []
     if sliced and not it.offers_slices:
         field = ("acceleratorSlicedMemoryPercentage" if res.accelerator_sliced_memory_percentage
