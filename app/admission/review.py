@@ -176,6 +176,11 @@ async def _read_world(source: WorldSource, md: ModelDeployment) -> World:
             return await source(md)
     except TimeoutError as exc:
         raise ClusterUnreachable(f"no answer within {READ_BUDGET_SECONDS:g}s") from exc
+    except ClusterUnreachable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failed read fails closed with its reason
+        log.warning("reading the cluster objects of %s/%s failed: %r", md.metadata.namespace, md.metadata.name, exc)
+        raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
 
 async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:

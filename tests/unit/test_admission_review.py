@@ -175,6 +175,14 @@ def test_a_hanging_read_is_cut_inside_the_webhook_timeout(monkeypatch: pytest.Mo
     assert response["allowed"] is False and "could not be reached" in response["status"]["message"]
 
 
+def test_any_failed_read_fails_closed() -> None:
+    async def broken(_md: ModelDeployment) -> World:
+        raise OSError("connection reset by peer")
+
+    response = validate(admission_review(md()), broken)["response"]
+    assert response["status"]["code"] == 503 and "connection reset by peer" in response["status"]["message"]
+
+
 def test_an_object_being_deleted_reads_nothing() -> None:
     obj = md({"name": "a", "instanceType": "gone", "resources": {"accelerator": 1}},
              deletionTimestamp="2026-11-29T00:00:00Z")
