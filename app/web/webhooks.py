@@ -8,6 +8,8 @@ AdmissionReview at all and gets 400. Never a 5xx.
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -15,6 +17,7 @@ from fastapi.responses import JSONResponse
 from app.admission import review
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
+from app.web.metrics import WEBHOOK_DECISIONS, WEBHOOK_LATENCY
 from app.web.state import ServiceState
 from app.world import World
 
@@ -49,19 +52,29 @@ def _state(request: Request) -> ServiceState | None:
     return getattr(request.app.state, "service", None)
 
 
+def _answer(webhook: str, started: float, answer: dict[str, Any]) -> JSONResponse:
+    allowed = bool((answer.get("response") or {}).get("allowed"))
+    WEBHOOK_DECISIONS.labels(webhook, str(allowed).lower()).inc()
+    WEBHOOK_LATENCY.labels(webhook).observe(time.perf_counter() - started)
+    return JSONResponse(answer)
+
+
 @router.post("/mutate")
 async def mutate(request: Request) -> JSONResponse:
+    started = time.perf_counter()
     body = await _body(request)
     if isinstance(body, JSONResponse):
         return body
-    return JSONResponse(await review.mutate_review(body, world_source(_state(request))))
+    return _answer("mutate", started, await review.mutate_review(body, world_source(_state(request))))
 
 
 @router.post("/validate")
 async def validate(request: Request) -> JSONResponse:
+    started = time.perf_counter()
     body = await _body(request)
     if isinstance(body, JSONResponse):
         return body
     state = _state(request)
     owned = state.settings.kv_cache_dtype_owned if state is not None else True
-    return JSONResponse(await review.validate_review(body, world_source(state), kv_cache_dtype_owned=owned))
+    return _answer("validate", started,
+                   await review.validate_review(body, world_source(state), kv_cache_dtype_owned=owned))
