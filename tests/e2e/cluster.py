@@ -451,6 +451,10 @@ class ControlPlane:
         self.pod_cidr = pod_cidr
         self.startup_timeout = startup_timeout
 
+        # kubectl built with the control plane (same version) if present, else PATH's.
+        own_kubectl = self.bin_dir / "kubectl"
+        self.kubectl_path = str(own_kubectl) if os.access(own_kubectl, os.X_OK) else (
+            shutil.which("kubectl") or "kubectl")
         self.components: dict[str, Component] = {}
         self.ports: dict[str, int] = {}
         self.ca: CertificateAuthority | None = None
@@ -602,7 +606,6 @@ class ControlPlane:
         if self._started:
             return self
         self._started = True
-        self.kubectl_path = shutil.which("kubectl") or "/usr/bin/kubectl"
         self._check_binaries()
         t0 = time.monotonic()
         try:
@@ -712,6 +715,10 @@ class ControlPlane:
         self.admin_cert, self.admin_key = self.ca.issue(
             "admin", "kubernetes-admin", organizations=["system:masters"], server=False, client=True
         )
+        # Front-proxy client identity (aggregated API servers, e.g. Kueue's visibility API).
+        self.front_proxy_cert, self.front_proxy_key = self.ca.issue(
+            "front-proxy-client", "front-proxy-client", server=False, client=True
+        )
         self.sa_key = self.pki_dir / "sa.key"
         self.sa_pub = self.pki_dir / "sa.pub"
         _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(self.sa_key))
@@ -762,6 +769,13 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={self.service_cluster_ip_range}",
             "--authorization-mode=Node,RBAC",
+            f"--requestheader-client-ca-file={self.ca.cert}",  # type: ignore[union-attr]
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.front_proxy_cert}",
+            f"--proxy-client-key-file={self.front_proxy_key}",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
             "--profiling=false",

@@ -7,8 +7,8 @@
 # so a later (CI) run on the same machine reuses downloads and compiled packages.
 #
 # Usage: tests/e2e/components/build.sh [component ...]
-#   components: kube-apiserver kube-controller-manager kube-scheduler etcd kwok
-#               kueue metacontroller (default: all)
+#   components: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+#               kwok kueue metacontroller (default: all)
 # Env:
 #   MODELDEPLOYMENT_CACHE  cache root (default ~/.cache/modeldeployment)
 #   BUILD_PARALLELISM      go build -p value (default: number of cores, max 2)
@@ -117,7 +117,7 @@ SELECTED=("$@")
 
 # ---- kubernetes + etcd (one wrapper module, tests/e2e/components/kubernetes) --
 K8S_LDFLAGS="$(k8s_ldflags "$KUBERNETES_VERSION")"
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   if want "$c"; then
     build_in_wrapper "$c" "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$c" "$K8S_LDFLAGS"
   fi

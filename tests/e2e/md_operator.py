@@ -1,0 +1,143 @@
+"""The operator under test, wired into the loopback control plane the way a cluster runs it.
+
+- our service runs as a process: TLS for the admission webhooks (a serving cert from the control
+  plane's CA), plain HTTP for Metacontroller's hooks;
+- the CRDs come from manifests/crds; the webhook configurations and the CompositeController
+  come from manifests/ through a kustomize overlay that swaps in-cluster Service references for
+  the loopback URLs and our CA bundle;
+- the example world (InstanceTypes with their status, the pool, backend and binding) and the
+  example Kueue queues are applied like an administrator would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import cluster as e2e_cluster
+
+REPO = e2e_cluster.REPO_ROOT
+NAMESPACE = "team-a"
+
+
+@dataclass
+class Operator:
+    cp: e2e_cluster.ControlPlane
+    webhook_port: int
+    hooks_port: int
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60.0):
+        return self.cp.kubectl(*args, check=check, input=input, timeout=timeout)
+
+    def get(self, *args: str) -> Any:
+        return self.cp.kubectl_json("get", *args, "-o", "json")
+
+    def pods(self, deployment: str, *selectors: str) -> list[dict[str, Any]]:
+        selector = ",".join([f"app.kubernetes.io/instance={deployment}", *selectors])
+        return self.get("pods", "-n", NAMESPACE, "-l", selector)["items"]
+
+    def md(self, name: str) -> dict[str, Any]:
+        return self.get("md", name, "-n", NAMESPACE)
+
+    def wait(self, what: str, predicate, timeout: float = 120.0, interval: float = 1.0) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self.cp.check_alive()
+            try:
+                last = predicate()
+            except e2e_cluster.KubectlError as exc:
+                last = exc
+            if last:
+                return last
+            time.sleep(interval)
+        logs = {name: str(path) for name, path in self.cp.log_paths().items()}
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}; logs={logs}")
+
+
+def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_port: int) -> str:
+    """kustomize overlay: webhooks by URL with our CA, the CompositeController's hooks by URL."""
+    overlay = work / "overlay"
+    overlay.mkdir(parents=True, exist_ok=True)
+    (overlay / "base-webhook").mkdir(exist_ok=True)
+    (overlay / "base-metacontroller").mkdir(exist_ok=True)
+    for name in ("mutating.yaml", "validating.yaml"):
+        (overlay / "base-webhook" / name).write_text((REPO / "manifests" / "webhook" / name).read_text())
+    (overlay / "base-metacontroller" / "compositecontroller.yaml").write_text(
+        (REPO / "manifests" / "metacontroller" / "compositecontroller.yaml").read_text())
+    ca = cp.ca_bundle_b64
+    patches = []
+    for kind, name, path in (("MutatingWebhookConfiguration", "modeldeployment-operator", "/webhooks/mutate"),
+                             ("ValidatingWebhookConfiguration", "modeldeployment-operator", "/webhooks/validate")):
+        patches.append({"target": {"kind": kind, "name": name}, "patch": yaml.safe_dump([
+            {"op": "replace", "path": "/webhooks/0/clientConfig",
+             "value": {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca}},
+            {"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"},
+        ])})
+    hooks = []
+    for hook in ("customize", "sync", "finalize"):
+        hooks.append({"op": "replace", "path": f"/spec/hooks/{hook}/webhook",
+                      "value": {"url": f"http://127.0.0.1:{hooks_port}/hooks/{hook}", "timeout": "10s"}})
+    patches.append({"target": {"kind": "CompositeController", "name": "modeldeployment"},
+                    "patch": yaml.safe_dump(hooks)})
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["base-webhook/mutating.yaml", "base-webhook/validating.yaml",
+                      "base-metacontroller/compositecontroller.yaml"],
+        "patches": patches,
+    }))
+    return cp.kubectl("kustomize", str(overlay)).stdout
+
+
+def apply_world(op: Operator) -> None:
+    """The example InstanceTypes, pool, backend and binding, status included (status subresource)."""
+    objects = [o for o in yaml.safe_load_all((REPO / "examples" / "world" / "instancetypes.yaml").read_text()) if o]
+    objects += [o for o in yaml.safe_load_all((REPO / "examples" / "world" / "kvcache.yaml").read_text()) if o]
+    for obj in objects:
+        status = obj.pop("status", None)
+        op.cp.apply(obj)
+        if status:
+            kind = obj["kind"].lower() + "s"
+            ns = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+            op.kubectl("patch", f"{kind}.worker.gpustack.ai", obj["metadata"]["name"], *ns, "--subresource=status",
+                       "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
+    cp.create_namespace(NAMESPACE)
+    webhook_port, hooks_port = e2e_cluster.free_ports(2)
+    cert, key = cp.issue_serving_cert(("127.0.0.1", "localhost"))
+    env = {**cp.env, "MODELDEPLOYMENT_GANG_RELEASE_AFTER_SECONDS": "20",
+           "MODELDEPLOYMENT_ADMISSION_CHECK_KEEPER_SECONDS": "5", "PYTHONUNBUFFERED": "1"}
+    cp.start_process("operator", [str(Path(sys.executable).parent / "modeldeployment"), "serve",
+                                  "--host", "127.0.0.1", "--port", str(webhook_port),
+                                  "--tls-cert", str(cert), "--tls-key", str(key), "--hooks-port", str(hooks_port)],
+                     env=env, cwd=REPO)
+    op = Operator(cp, webhook_port, hooks_port)
+    client = cp.http_client()
+    op.wait("the operator to listen", lambda: _healthy(client, f"https://127.0.0.1:{webhook_port}/readyz"), 60, 0.5)
+    op.kubectl("apply", "-f", str(REPO / "manifests" / "crds"))
+    op.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    apply_world(op)
+    op.kubectl("apply", "-f", "-", input=_overlay(cp.work_dir, cp, webhook_port, hooks_port))
+    op.kubectl("apply", "-k", str(REPO / "manifests" / "kueue"))
+    return op
+
+
+def _healthy(client, url: str) -> bool:
+    try:
+        return client.get(url, timeout=2).status_code == 200
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def e2e_env_ready() -> bool:
+    return os.environ.get("MODELDEPLOYMENT_E2E", "1") not in ("0", "false", "no", "off")
