@@ -3,11 +3,31 @@
 Every replica is its own Kueue Workload; a multi-role deployment must be admitted as a set, or
 a full pool admits prefillers and strands them waiting for decoders that never arrive. Kueue
 admits a Workload in the same write that reserves its quota when every check is already Ready,
-so Ready is written only once the whole set holds quota (SPEC §8, NOTES "Kueue").
+so Ready is written only on a Workload that holds quota, and (two or more roles) only once every
+declared (role, replica) group of the deployment holds quota (SPEC §8, NOTES "Kueue").
 
-Deadlock: two deployments can each hold part of a pool while waiting for the rest. A Workload
-that has held quota longer than `release_after_seconds` while its set is incomplete gets `Retry`:
-Kueue evicts it, releasing the quota, and requeues it.
+A single-role deployment's groups are independent: each is Ready as soon as it holds quota.
+
+The set is every declared group, with no exemption: a group being refilled (a rollout's
+replacement, a departed replica's rebuild) counts as not holding quota until its new Workload
+reserves. This is stricter than exempting the replacement slot and never earlier; it costs
+nothing to a rollout, which turns a replica over only while every other group is admitted.
+
+Deadlock release. Two sets can each hold part of a pool while waiting for the rest. When the
+oldest reservation of a set that is still incomplete is older than its release bound, the set
+yields: every Workload of it that is not admitted gets `Retry`. Kueue evicts the reserved ones
+(releasing their quota, resetting the check to Pending and requeueing them behind the
+Workloads already waiting) and treats the unreserved ones as inadmissible while the check reads
+Retry, so the set's own queued groups cannot grab the quota it just gave back. The set holds
+that state for one back-off (the configured bound) and then writes Pending again, which puts
+its groups back in the queue.
+
+- The bound is `release_after_seconds` stretched by a factor in [1, 2) drawn from a hash of the
+  deployment and the time of the reservation being released. Two sets that started holding at
+  the same moment therefore release at different moments (the first one to yield lets the other
+  complete), and the draw changes every round, so a collision does not repeat.
+- Admitted Workloads are never touched: Ready is never taken back from a serving replica.
+- `release_after_seconds <= 0` disables the release.
 """
 
 from __future__ import annotations
@@ -24,8 +44,8 @@ from app.render import names
 from app.render.context import DeploymentContext
 
 PENDING, READY, RETRY = "Pending", "Ready", "Retry"
-# Replicas being turned over: their slot is exempt from the set while it is refilled.
-REPLACEMENT_ACTIONS = (Action.REPLACE, Action.SUPERSEDE, Action.REBUILD, Action.WAIT)
+# The plan deletes these replicas' Workloads in the same pass: nothing is written on them.
+LETTING_GO = (Action.SHED, Action.REPLACE, Action.SUPERSEDE, Action.REBUILD)
 
 
 @dataclass(frozen=True)
@@ -49,21 +69,70 @@ def _reserved_since(workload: dict[str, Any]) -> str | None:
     return None
 
 
-def _seconds_between(start: str | None, end: str) -> float:
-    if not start:
-        return 0.0
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
     try:
-        return (datetime.fromisoformat(end.replace("Z", "+00:00"))
-                - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
+        return None
+
+
+def _seconds_between(start: str | None, end: str) -> float:
+    a, b = _parse(start), _parse(end)
+    if a is None or b is None:
         return 0.0
+    return (b - a).total_seconds()
+
+
+def release_bound(namespace: str, deployment: str, since: str, release_after_seconds: float) -> float:
+    """How long this set may hold a partial reservation that started at `since` before it yields."""
+    draw = names.fnv64a(f"{namespace}/{deployment}/{since}") / float(1 << 64)
+    return release_after_seconds * (1.0 + draw)
 
 
 def verdict(plans: list[RolePlan]) -> GangVerdict:
-    """Whether every declared (role, replica) group holds quota, replacement slots exempt."""
-    counted = [p for plan in plans for p in plan.ordinals if p.action not in (Action.SHED, *REPLACEMENT_ACTIONS)]
+    """Whether every declared (role, replica) group holds quota after this pass."""
+    counted = [p for plan in plans for p in plan.ordinals if p.action != Action.SHED]
     have = sum(1 for p in counted if p.reserved or p.admitted)
     return GangVerdict(complete=have == len(counted), have=have, want=len(counted))
+
+
+@dataclass
+class _Group:
+    name: str
+    workload: dict[str, Any]
+    check: dict[str, Any]
+
+    @property
+    def admitted(self) -> bool:
+        return obs.workload_admitted(self.workload)
+
+    @property
+    def reserved(self) -> bool:
+        return obs.workload_reserved(self.workload)
+
+    @property
+    def state(self) -> str | None:
+        return self.check.get("state")
+
+
+def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
+    out = []
+    for plan in plans:
+        for entry in plan.ordinals:
+            if entry.action in LETTING_GO:
+                continue
+            group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
+            workload = ctx.world.workload(ctx.namespace, group)
+            if workload is None or obs.workload_deleting(workload):
+                continue
+            check = _check_entry(workload)
+            if check is None:
+                # The Workload's ClusterQueue does not list our check: nothing to decide.
+                continue
+            out.append(_Group(group, workload, check))
+    return out
 
 
 def admission_checks(
@@ -72,42 +141,67 @@ def admission_checks(
     """The check state to write on each of the deployment's Workloads (only where it changes)."""
     joint = len(ctx.md.spec.roles) > 1
     gang = verdict(plans)
+    groups = _groups(ctx, plans)
+    mode, note = _yield_mode(ctx, groups, joint, gang, now=now, release_after_seconds=release_after_seconds)
     intents: list[SetAdmissionCheck] = []
-    for plan in plans:
-        for entry in plan.ordinals:
-            if entry.action == Action.SHED:
-                continue
-            group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
-            workload = ctx.world.workload(ctx.namespace, group)
-            if workload is None:
-                continue
-            current = _check_entry(workload)
-            if current is None:
-                # The Workload's ClusterQueue does not list our check: nothing to decide.
-                continue
-            state, message = _decide(workload, joint, gang, now=now, release_after_seconds=release_after_seconds)
-            if current.get("state") == state and current.get("message") == message:
-                continue
-            if current.get("state") == READY and state != READY and obs.workload_admitted(workload):
-                # Never take Ready back from an admitted group: that would evict a serving replica.
-                continue
-            same_state = current.get("state") == state and current.get("lastTransitionTime")
-            intents.append(SetAdmissionCheck(
-                namespace=ctx.namespace,
-                workload=group,
-                resource_version=(workload.get("metadata") or {}).get("resourceVersion", ""),
-                state=state,
-                message=message,
-                last_transition_time=current["lastTransitionTime"] if same_state else now,
-            ))
+    for group in groups:
+        decision = _decide(group, joint, gang, mode, note)
+        if decision is None:
+            continue
+        state, message = decision
+        if group.state == state and group.check.get("message") == message:
+            continue
+        if group.admitted and group.state == READY and state != READY:
+            # Never take Ready back from an admitted group: that would evict a serving replica.
+            continue
+        same_state = group.state == state and group.check.get("lastTransitionTime")
+        intents.append(SetAdmissionCheck(
+            namespace=ctx.namespace,
+            workload=group.name,
+            resource_version=(group.workload.get("metadata") or {}).get("resourceVersion", ""),
+            state=state,
+            message=message,
+            last_transition_time=group.check["lastTransitionTime"] if same_state else now,
+        ))
     return intents
 
 
-def _decide(workload: dict[str, Any], joint: bool, gang: GangVerdict, *, now: str,
-            release_after_seconds: float) -> tuple[str, str]:
-    if obs.workload_admitted(workload):
-        return READY, "admitted"
-    if not obs.workload_reserved(workload):
+def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: GangVerdict, *, now: str,
+                release_after_seconds: float) -> tuple[str, str]:
+    """"release": yield now; "hold": keep yielding (back-off); "": admit normally."""
+    if not joint or gang.complete or release_after_seconds <= 0:
+        return "", ""
+    waiting = [g for g in groups if not g.admitted]
+    held_since = sorted(s for g in waiting if g.reserved and g.state != RETRY
+                        for s in [_reserved_since(g.workload)] if s)
+    if held_since:
+        oldest = held_since[0]
+        held = _seconds_between(oldest, now)
+        bound = release_bound(ctx.namespace, ctx.name, oldest, release_after_seconds)
+        if held >= bound:
+            return "release", (f"{gang.have} of {gang.want} replicas have reserved quota after {int(held)}s; "
+                               f"the deployment releases what it holds so that other deployments are not "
+                               f"blocked, and queues again in {int(release_after_seconds)}s")
+    backing_off = sorted(g.check.get("lastTransitionTime") or "" for g in waiting
+                         if g.state == RETRY and not g.reserved)
+    if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
+        return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
+                        f"partial reservation and queues again {int(release_after_seconds)}s after "
+                        f"{backing_off[0]}")
+    return "", ""
+
+
+def _decide(group: _Group, joint: bool, gang: GangVerdict, mode: str, note: str) -> tuple[str, str] | None:
+    """The state for one group, or None to leave its check as it is."""
+    if group.admitted:
+        return None if group.state == READY else (READY, "admitted")
+    if group.state == RETRY and (group.reserved or mode):
+        # Kueue evicts a reserved one and resets its check itself; an unreserved one stays
+        # inadmissible until the back-off ends.
+        return None
+    if mode:
+        return RETRY, note
+    if not group.reserved:
         if joint:
             return PENDING, f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota"
         return PENDING, "waiting for quota"
@@ -115,8 +209,4 @@ def _decide(workload: dict[str, Any], joint: bool, gang: GangVerdict, *, now: st
         return READY, "quota reserved"
     if gang.complete:
         return READY, f"all {gang.want} replicas of the deployment have reserved quota"
-    held = _seconds_between(_reserved_since(workload), now)
-    if held >= release_after_seconds:
-        return RETRY, (f"{gang.have} of {gang.want} replicas have reserved quota after {int(held)}s; releasing this "
-                       f"replica's quota so other deployments are not blocked, then requeueing")
     return PENDING, f"{gang.have} of {gang.want} replicas have reserved quota"

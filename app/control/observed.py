@@ -27,6 +27,34 @@ def workload_evicted(workload: dict[str, Any] | None) -> bool:
     return workload is not None and (condition_true(workload, "Evicted") or condition_true(workload, "Preempted"))
 
 
+def condition_reason(obj: dict[str, Any], type_: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == type_:
+            return str(cond.get("reason") or "")
+    return ""
+
+
+# Kueue evicts with this reason when an admission check asks for a retry (our deadlock release):
+# the group never ran, it is only requeued.
+EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
+
+
+def workload_evicted_while_running(workload: dict[str, Any] | None) -> bool:
+    """Evicted for a reason that stops a running group (preemption, a PodsReady timeout...)."""
+    return (workload is not None and workload_evicted(workload)
+            and condition_reason(workload, "Evicted") != EVICTED_BY_ADMISSION_CHECK)
+
+
+def workload_deleting(workload: dict[str, Any] | None) -> bool:
+    """Deleted and held by Kueue's finalizer: it holds nothing for long and is never admitted again."""
+    return workload is not None and bool((workload.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def workload_uid(workload: dict[str, Any]) -> str:
+    meta = workload.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     return condition_true(pod, "Ready")
 
@@ -37,6 +65,12 @@ def pod_terminating(pod: dict[str, Any]) -> bool:
 
 def pod_finished(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+
+
+def pod_gated(pod: dict[str, Any]) -> bool:
+    """Still held by Kueue's admission gate: the Pod has never been allowed to run."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in gates)
 
 
 def pod_fingerprint(pod: dict[str, Any]) -> str | None:
@@ -70,6 +104,16 @@ class ObservedInstance:
     @property
     def finished(self) -> bool:
         return any(pod_finished(p) for p in self.pods)
+
+    @property
+    def live(self) -> bool:
+        """Some Pod has not been deleted yet: whoever decides the departure has not acted on it."""
+        return any(not pod_terminating(p) for p in self.pods)
+
+    @property
+    def ran(self) -> bool:
+        """Kueue admitted this incarnation once (its Pods lost the admission gate): it served."""
+        return any(not pod_gated(p) for p in self.pods)
 
     def fingerprints(self) -> set[str | None]:
         return {pod_fingerprint(p) for p in self.pods}

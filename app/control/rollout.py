@@ -10,7 +10,16 @@ The rules (the user's "Rollout behavior", "Replica departures", "One group per r
 - a replica that is queued (not admitted) on an obsolete render is superseded at once;
 - a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole, once no
   Pod of its ordinal is left on the API server; its standing Workload is deleted;
-- a Pod that still exists (e.g. on a NotReady node) keeps its ordinal occupied: never replaced.
+- a Pod that still exists (e.g. on a NotReady node) keeps its ordinal occupied: never replaced;
+- a group Kueue evicted before it ever ran (our own deadlock release, `Retry`) is not a departure:
+  its Pods are still gated and Kueue requeues it as it is.
+
+Whenever a replica's Pods are given up, its Workload is deleted in the same pass: the Workload is
+what holds the quota and Kueue's finalizer on the Pods.
+
+Events: a replica that ran and goes away gets exactly one of ReplicaEvicted, ReplicaLeaving or
+ReplicaRestarted, on the pass that decides it (while its Workload stands or a Pod of it is not yet
+deleted), named after the replica and its Pods' UIDs so that a repeated pass repeats the name.
 """
 
 from __future__ import annotations
@@ -88,6 +97,11 @@ def _delete_workload(ctx: DeploymentContext, group: str, workload: dict[str, Any
     return [DeleteWorkload(ctx.namespace, group, why)] if workload is not None else []
 
 
+def _let_go(entry: OrdinalPlan) -> None:
+    """The pass deletes this replica's Workload: it no longer counts as holding quota."""
+    entry.admitted = entry.reserved = False
+
+
 def plan_role(
     ctx: DeploymentContext,
     render: RoleRender,
@@ -108,39 +122,54 @@ def plan_role(
     def healthy(ordinal: int) -> bool:
         inst = observed.get(ordinal)
         _, workload = workload_of(ordinal)
-        return (inst is not None and len(inst.pods) == role.size and not inst.terminating and not inst.finished
-                and obs.workload_admitted(workload) and not obs.workload_evicted(workload))
+        return (inst is not None and len(inst.pods) == role.size and len(inst.members()) == role.size
+                and not inst.terminating and not inst.finished and obs.workload_admitted(workload)
+                and not obs.workload_evicted(workload) and not obs.workload_deleting(workload))
 
     turnover_allowed = render.hold is None and all(healthy(o) for o in range(replicas))
 
     for ordinal in ordinals:
         group, workload = workload_of(ordinal)
         inst = observed.get(ordinal)
+        pods = inst.pods if inst is not None else []
         entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
                             reserved=obs.workload_reserved(workload), has_workload=workload is not None)
+        if obs.workload_deleting(workload):
+            _let_go(entry)
         plan.ordinals.append(entry)
 
         if ordinal >= replicas:
-            has_pods = inst is not None and bool(inst.pods)
-            if not has_pods and workload is None:
+            if not pods and workload is None:
                 plan.ordinals.pop()  # nothing of this ordinal exists
                 continue
             entry.action = Action.SHED
+            _let_go(entry)
             # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
             plan.intents.append(DeleteWorkload(ctx.namespace, group, "deployment deleted" if finalizing else "scale-down"))
-            if has_pods and not finalizing:
+            if inst is not None and inst.live and inst.ran and not finalizing:
                 plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_LEAVING, role.name, ordinal, inst.occurrence_key(),
                                            "is leaving: the role was scaled down"))
             continue
 
-        if inst is None or not inst.pods:
+        if not pods:
             if workload is not None:
-                # A Workload standing for an empty ordinal holds quota for Pods that are gone.
-                entry.action = Action.WAIT
+                # A Workload standing for an empty ordinal holds quota for Pods that are gone (Kueue's
+                # eviction removed them before this pass saw them): free it, then refill the ordinal.
+                entry.action = Action.REBUILD
+                entry.up_to_date = True
                 entry.note = "waiting for the departed replica's Workload to be deleted"
+                _let_go(entry)
+                key = f"workload:{obs.workload_uid(workload)}"
+                if obs.workload_evicted_while_running(workload):
+                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_EVICTED, role.name, ordinal, key,
+                                               "was evicted by Kueue and is rebuilt"))
+                elif obs.workload_admitted(workload):
+                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, key,
+                                               "lost its Pods and is rebuilt"))
                 plan.intents += _delete_workload(ctx, group, workload, "departed replica")
             elif render.hold is not None:
                 entry.action = Action.WAIT
+                entry.up_to_date = True  # nothing obsolete runs here; the hold is reported on its own
                 entry.note = render.hold
             else:
                 entry.action = Action.CREATE
@@ -148,28 +177,45 @@ def plan_role(
                 entry.up_to_date = True
             continue
 
+        assert inst is not None
         current = inst.fingerprints() == {render.fingerprint}
         entry.up_to_date = current
-        evicted = obs.workload_evicted(workload)
+        # An eviction stops a group that ran; a group evicted while still gated is only requeued.
+        evicted = obs.workload_evicted(workload) and inst.ran
         missing = len(inst.members()) < role.size
-        broken = inst.terminating or inst.finished or evicted or (missing and (entry.admitted or not current))
-        if broken:
+        departed = (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
+                    or (missing and entry.admitted))
+        if departed:
             entry.action = Action.REBUILD
-            reason = vocab.EVENT_REPLICA_EVICTED if evicted else vocab.EVENT_REPLICA_RESTARTED
-            what = "was evicted by Kueue and is rebuilt" if evicted else "lost a Pod and is rebuilt whole"
-            plan.intents.append(_event(ctx, reason, role.name, ordinal, inst.occurrence_key(), what))
+            _let_go(entry)
+            if inst.ran and (workload is not None or inst.live):
+                reason = vocab.EVENT_REPLICA_EVICTED if evicted else vocab.EVENT_REPLICA_RESTARTED
+                what = "was evicted by Kueue and is rebuilt" if evicted else "lost a Pod and is rebuilt whole"
+                plan.intents.append(_event(ctx, reason, role.name, ordinal, inst.occurrence_key(), what))
             plan.intents += _delete_workload(ctx, group, workload, "departed replica")
             continue
 
+        if not current and not entry.admitted and render.hold is None:
+            # Queued on an obsolete render: superseded at once, so the obsolete render is never admitted.
+            entry.action = Action.SUPERSEDE
+            _let_go(entry)
+            plan.intents += _delete_workload(ctx, group, workload, "superseded by a newer render")
+            continue
+
         if missing:
-            # A group not yet admitted that lacks a member (e.g. a failed create): add the member.
+            # A group not yet admitted that lacks a member (a create that failed): complete it on the
+            # render it was started with; never mix renders in one group.
             entry.incomplete = True
-            entry.action = Action.CREATE if render.hold is None else Action.KEEP
             wanted = instance_pods(ctx, render, ordinal)
             have = inst.members()
-            entry.pods = [_kept(p) for p in inst.pods]
-            if render.hold is None:
-                entry.pods += [p for m, p in enumerate(wanted) if m not in have]
+            if current:
+                entry.pods = [pod for member, pod in enumerate(wanted) if member in have]
+            else:
+                entry.pods = [_kept(p) for p in inst.pods]
+            adding = current and render.hold is None
+            if adding:
+                entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
+            entry.action = Action.CREATE if adding else Action.KEEP
             continue
 
         if current:
@@ -178,14 +224,10 @@ def plan_role(
             entry.ready = inst.ready(role.size)
             continue
 
-        if not entry.admitted and render.hold is None:
-            entry.action = Action.SUPERSEDE
-            plan.intents += _delete_workload(ctx, group, workload, "superseded by a newer render")
-            continue
-
         if turnover_allowed:
             turnover_allowed = False  # one replica per role per pass
             entry.action = Action.REPLACE
+            _let_go(entry)
             plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, inst.occurrence_key(),
                                        "is restarted to roll out a changed render"))
             plan.intents += _delete_workload(ctx, group, workload, "rollout")

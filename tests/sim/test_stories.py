@@ -1,0 +1,388 @@
+"""Hand-written stories from the user's description, played in the simulator.
+
+Each story drives Metacontroller, Kueue and the kubelet around `reconcile`; the simulator checks
+the invariants of every pass on its own (tests/sim/world.py), the stories check what the user's
+text promises for that situation.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from app import vocab
+from tests.sim.world import Sim, admitted, deleting, example, fingerprint, gated, reserved
+
+A10G = "gpustack-nvidia-a10g-linux-amd64"
+H20 = "gpustack-nvidia-h20-linux-amd64"
+
+
+def chat(replicas: int = 4, name: str = "qwen-chat") -> dict[str, Any]:
+    md = example("qwen-chat")
+    md["metadata"]["name"] = name
+    md["spec"]["roles"][0]["replicas"] = replicas
+    return md
+
+
+def pd(name: str = "pd-demo", replicas: int = 2, router: bool = False) -> dict[str, Any]:
+    md = example("pd-pair")
+    md["metadata"]["name"] = name
+    if not router:
+        del md["spec"]["router"]
+    for role in md["spec"]["roles"]:
+        role["replicas"] = replicas
+    return md
+
+
+def running(sim: Sim, name: str) -> Sim:
+    sim.settle()
+    assert sim.status(name)["phase"] == vocab.PHASE_READY, sim.status(name)
+    return sim
+
+
+def pod_names(sim: Sim, name: str) -> set[str]:
+    return {p["metadata"]["name"] for p in sim.pods_of(name)}
+
+
+def live_pods(sim: Sim, name: str, role: str | None = None) -> list[dict[str, Any]]:
+    return [p for p in sim.pods_of(name) if not deleting(p)
+            and (role is None or p["metadata"]["labels"][vocab.LABEL_COMPONENT] == role)]
+
+
+def set_image(sim: Sim, name: str, image: str, roles: list[str] | None = None) -> None:
+    def mutate(spec: dict[str, Any]) -> None:
+        for role in spec["roles"]:
+            if roles is None or role["name"] in roles:
+                role["image"] = image
+
+    sim.edit(name, mutate)
+
+
+# --- scale ------------------------------------------------------------------------------------
+
+
+def test_scale_up_is_immediate_and_leaves_survivors_untouched() -> None:
+    sim = Sim()
+    sim.apply(chat(4))
+    running(sim, "qwen-chat")
+    before = {n: sim.created_from[n] for n in pod_names(sim, "qwen-chat")}
+    uids = {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")}
+
+    sim.set_replicas("qwen-chat", "server", 5)
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    # The new ordinal is created on the first pass that sees it.
+    assert [n for n in record.created if "-r4-" in n] == record.created and len(record.created) == 1
+    assert record.deleted == []
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")} >= uids
+    for n, original in before.items():
+        assert sim.created_from[n] == original
+    assert not sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
+    assert sim.role_status("qwen-chat", "server") | {} == sim.role_status("qwen-chat", "server")
+    assert sim.role_status("qwen-chat", "server")["ready"] == 5
+
+
+def test_scale_down_sheds_highest_ordinals_with_their_workloads() -> None:
+    sim = Sim()
+    sim.apply(chat(5))
+    running(sim, "qwen-chat")
+    survivors = {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")
+                 if int(p["metadata"]["labels"][vocab.LABEL_POD_ORDINAL]) < 3}
+    groups = [sim.group("qwen-chat", "server", o) for o in (3, 4)]
+    assert all(g in sim.workloads for g in groups)
+
+    sim.set_replicas("qwen-chat", "server", 3)
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    assert sorted(i.name for i in record.intents if type(i).__name__ == "DeleteWorkload") == sorted(groups)
+    assert all(g not in sim.workloads for g in groups)
+    assert len(record.deleted) == 2 and all(("-r3-" in n or "-r4-" in n) for n in record.deleted)
+    leaving = sim.events_by_reason(vocab.EVENT_REPLICA_LEAVING)
+    assert len(leaving) == 2
+    assert {"qwen-chat-server-r3", "qwen-chat-server-r4"} == {e["message"].split()[1] for e in leaving}
+    assert all("30s" in e["message"] for e in leaving)
+    sim.settle()
+    assert {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")} == survivors
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_LEAVING)) == 2
+    sim.check_departure_events()
+
+
+# --- rollout ----------------------------------------------------------------------------------
+
+
+def test_image_edit_rolls_one_replica_per_role_at_a_time() -> None:
+    sim = Sim(capacity={H20: 8})  # exactly the four groups: a full pool
+    sim.apply(pd())
+    running(sim, "pd-demo")
+    old = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+
+    set_image(sim, "pd-demo", "example.com/vllm:v2")
+    record = sim.sync("pd-demo")
+    assert record is not None
+    # One replica per role this pass.
+    assert sorted(n.rsplit("-", 1)[0] for n in record.deleted) == ["pd-demo-decode-r0", "pd-demo-prefill-r0"]
+    assert record.created == []
+    cond = sim.condition("pd-demo", vocab.COND_REPLICAS_UP_TO_DATE)
+    assert (cond["status"], cond["reason"]) == ("False", vocab.REASON_ROLLOUT_IN_PROGRESS)
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 2
+
+    # Nothing else is turned over until the replacements hold admitted Workloads.
+    for _ in range(3):
+        sim.sync("pd-demo")
+        assert len([p for p in sim.pods_of("pd-demo") if p["metadata"]["uid"] in old and not deleting(p)]) == 2
+    sim.settle(rounds=80)
+    assert not any(p["metadata"]["uid"] in old for p in sim.pods_of("pd-demo"))
+    assert all(p["spec"]["containers"][0]["image"] == "example.com/vllm:v2" for p in sim.pods_of("pd-demo"))
+    assert sim.status("pd-demo")["phase"] == vocab.PHASE_READY
+    cond = sim.condition("pd-demo", vocab.COND_REPLICAS_UP_TO_DATE)
+    assert (cond["status"], cond["reason"]) == ("True", vocab.REASON_UP_TO_DATE)
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 4
+    sim.check_departure_events()
+
+
+def test_an_edit_during_a_queued_replacement_supersedes_it() -> None:
+    sim = Sim(capacity={A10G: 4})
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    set_image(sim, "qwen-chat", "example.com/vllm:v2")
+    sim.sync("qwen-chat")  # r0 turned over
+    sim.capacity[A10G] = 2  # someone else takes the freed cards: the replacement queues
+    sim.settle(rounds=10)
+    r0 = live_pods(sim, "qwen-chat")
+    v2 = [p for p in r0 if p["spec"]["containers"][0]["image"] == "example.com/vllm:v2"]
+    assert len(v2) == 1 and gated(v2[0])
+    v2_fp = fingerprint(v2[0])
+    cond = sim.condition("qwen-chat", vocab.COND_QUOTA_RESERVED)
+    assert cond["status"] == "False" and "1 of 2" in cond["message"]
+
+    set_image(sim, "qwen-chat", "example.com/vllm:v3")
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    assert record.deleted == [v2[0]["metadata"]["name"]]
+    assert sim.group("qwen-chat", "server", 0) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    sim.capacity[A10G] = 4
+    sim.settle(rounds=80)
+    images = {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")}
+    assert images == {"example.com/vllm:v3"}
+    assert v2_fp not in sim.admitted_fingerprints
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+
+
+# --- departures -------------------------------------------------------------------------------
+
+
+def test_kubectl_delete_pod_deletes_the_workload_and_rebuilds_once_the_pod_is_gone() -> None:
+    sim = Sim()
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    victim = sim.replica_pods("qwen-chat", "server", 1)[0]["metadata"]["name"]
+    group = sim.group("qwen-chat", "server", 1)
+    sim.kubectl_delete_pod(victim)
+    assert victim in sim.pods  # Kueue's finalizer holds it while its Workload stands
+
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    assert group in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    assert record.created == []
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
+    assert sim.condition("qwen-chat", vocab.COND_REPLICAS_UP_TO_DATE)["reason"] == vocab.REASON_REPLACEMENT_IN_PROGRESS
+    assert victim in sim.pods  # still terminating on its node: the ordinal reads occupied
+    sim.sync("qwen-chat")
+    assert [p for p in sim.replica_pods("qwen-chat", "server", 1) if not deleting(p)] == []
+    sim.kubelet()  # the kubelet confirms the end; no finalizer is left
+    assert victim not in sim.pods
+    record = sim.sync("qwen-chat")
+    assert record is not None and len(record.created) == 1
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
+    sim.check_departure_events()
+
+
+def test_kueue_preemption_records_replica_evicted_once() -> None:
+    sim = Sim()
+    sim.apply(chat(4))
+    running(sim, "qwen-chat")
+    group = sim.group("qwen-chat", "server", 2)
+    sim.preempt(group)
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    evicted = sim.events_by_reason(vocab.EVENT_REPLICA_EVICTED)
+    assert len(evicted) == 1 and "qwen-chat-server-r2" in evicted[0]["message"] and "30s" in evicted[0]["message"]
+    assert group in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    quota = sim.condition("qwen-chat", vocab.COND_QUOTA_RESERVED)
+    assert quota["status"] == "False" and "3 of 4" in quota["message"]
+    assert sim.role_status("qwen-chat", "server")["quotaReserved"] == 3
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_DEGRADED
+    assert sim.condition("qwen-chat", vocab.COND_REPLICAS_UP_TO_DATE)["reason"] == vocab.REASON_REPLACEMENT_IN_PROGRESS
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_EVICTED)) == 1
+    assert not sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
+    sim.check_departure_events()
+
+
+def test_a_pod_on_a_notready_node_is_never_replaced() -> None:
+    sim = Sim()
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    pod = sim.replica_pods("qwen-chat", "server", 0)[0]
+    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    sim.set_node_ready(sim.node_of(name), False)
+    for _ in range(6):
+        sim.step(60)
+    assert name in sim.pods and not deleting(sim.pods[name])
+    assert len(sim.replica_pods("qwen-chat", "server", 0)) == 1
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_DEGRADED
+    assert sim.role_status("qwen-chat", "server")["ready"] == 1
+    # The taint manager evicts it: it reads Terminating forever, its ordinal stays occupied.
+    sim.kubectl_delete_pod(name)
+    for _ in range(4):
+        sim.step(60)
+    assert name in sim.pods and sim.replica_pods("qwen-chat", "server", 0) == [sim.pods[name]]
+    assert sim.workload_of("qwen-chat", "server", 0) is None  # its slot was freed
+    # Deleting the Node object resolves it.
+    sim.delete_node(sim.node_of(name))
+    sim.settle()
+    assert uid not in {p["metadata"]["uid"] for p in sim.pods.values()}
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    sim.check_departure_events()
+
+
+def test_a_size_two_instance_losing_one_member_is_rebuilt_whole() -> None:
+    sim = Sim(capacity={H20: 32})
+    sim.apply(example("deepseek-multinode"))
+    running(sim, "ds-wide")
+    m0, m1 = sim.replica_pods("ds-wide", "server", 0)
+    assert m0["metadata"]["name"] == "ds-wide-server-r0-m0" and m1["metadata"]["name"] == "ds-wide-server-r0-m1"
+    sibling = sim.replica_pods("ds-wide", "server", 1)
+    sim.kubectl_delete_pod("ds-wide-server-r0-m1")
+    record = sim.sync("ds-wide")
+    assert record is not None
+    assert record.deleted == ["ds-wide-server-r0-m0"]  # the surviving member goes with it
+    assert sim.group("ds-wide", "server", 0) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
+    sim.settle()
+    new = sim.replica_pods("ds-wide", "server", 0)
+    assert [p["metadata"]["name"] for p in new] == ["ds-wide-server-r0-m0", "ds-wide-server-r0-m1"]
+    assert {p["metadata"]["uid"] for p in new}.isdisjoint({m0["metadata"]["uid"], m1["metadata"]["uid"]})
+    assert sim.replica_pods("ds-wide", "server", 1) == sibling or \
+        [p["metadata"]["uid"] for p in sim.replica_pods("ds-wide", "server", 1)] == [p["metadata"]["uid"] for p in sibling]
+    assert sim.status("ds-wide")["phase"] == vocab.PHASE_READY
+    sim.check_departure_events()
+
+
+# --- joint admission --------------------------------------------------------------------------
+
+
+def test_two_roles_on_a_pool_too_small_for_all_stay_all_pending() -> None:
+    sim = Sim(capacity={H20: 6}, release_after=600)
+    sim.apply(pd())
+    for _ in range(60):
+        sim.step(30)
+        assert not any(admitted(w) for w in sim.workloads.values())
+        assert all(gated(p) for p in sim.pods_of("pd-demo"))
+    quota = sim.condition("pd-demo", vocab.COND_QUOTA_RESERVED)
+    assert quota["status"] == "False"
+    assert "of 4 replicas" in quota["message"]
+    assert sum(r["quotaReserved"] for r in sim.status("pd-demo")["roles"]) <= 3
+    assert any(state == "Retry" for _, _, _, state in sim.check_writes)  # it released what it held
+    sim.capacity[H20] = 8
+    sim.settle(rounds=200, seconds=30)
+    assert sim.status("pd-demo")["phase"] == vocab.PHASE_READY
+
+
+def test_two_deployments_contending_for_one_pool_do_not_deadlock() -> None:
+    sim = Sim(capacity={H20: 8}, release_after=600)
+    sim.apply(pd("pd-a"))
+    sim.apply(pd("pd-b"))
+    sim.sync_all()
+    sim.kueue_compose()
+    # The worst interleaving: each deployment holds half the pool.
+    for name in ("pd-a", "pd-b"):
+        sim.kueue_reserve(sim.group(name, "prefill", 0))
+        sim.kueue_reserve(sim.group(name, "prefill", 1))
+    assert sim.used(H20) == 8
+    for _ in range(400):
+        sim.step(30)
+        if any(sim.status(n).get("phase") == vocab.PHASE_READY for n in ("pd-a", "pd-b")):
+            break
+    phases = {n: sim.status(n)["phase"] for n in ("pd-a", "pd-b")}
+    assert vocab.PHASE_READY in phases.values(), (phases, sim.t)
+    loser = next(n for n, p in phases.items() if p != vocab.PHASE_READY)
+    assert not any(admitted(sim.workload_of(loser, r, o)) for r in ("prefill", "decode") for o in (0, 1))
+    assert any(state == "Retry" for _, _, _, state in sim.check_writes)
+
+
+# --- deletion, cache binding ------------------------------------------------------------------
+
+
+def test_finalize_deletes_every_workload_and_waits_for_pods_and_workloads() -> None:
+    sim = Sim()
+    sim.apply(chat(3))
+    running(sim, "qwen-chat")
+    node = sim.node_of(sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"])
+    sim.set_node_ready(node, False)
+    sim.delete_deployment("qwen-chat")
+    record = sim.sync("qwen-chat")
+    assert record is not None and record.result is not None
+    assert record.result.finalized is False
+    assert sorted(i.name for i in record.intents if type(i).__name__ == "DeleteWorkload") == sorted(
+        sim.group("qwen-chat", "server", o) for o in range(3))
+    assert not sim.workloads
+    assert record.result.status["phase"] == vocab.PHASE_DELETING
+    for _ in range(5):
+        sim.step(30)
+    assert "qwen-chat" in sim.parents  # a Pod on the NotReady node still reads on the API server
+    sim.set_node_ready(node, True)
+    sim.settle()
+    assert "qwen-chat" not in sim.parents
+    assert not sim.pods and not sim.workloads
+    assert not sim.events_by_reason(vocab.EVENT_REPLICA_LEAVING)
+
+
+def test_a_binding_that_is_not_ready_holds_new_replicas_but_never_deletes_running_ones() -> None:
+    sim = Sim()
+    md = example("qwen-cached")
+    sim.apply(md)
+    running(sim, "qwen-cached")
+    uids = {p["metadata"]["uid"] for p in sim.pods_of("qwen-cached")}
+    sim.set_binding_phase("team-a-dram", "Provisioning")
+    sim.set_replicas("qwen-cached", "server", 3)
+    for _ in range(5):
+        sim.step(30)
+    assert {p["metadata"]["uid"] for p in sim.pods_of("qwen-cached")} == uids
+    assert sim.replica_pods("qwen-cached", "server", 2) == []
+    domain = sim.condition("qwen-cached", vocab.COND_DOMAIN_REGISTERED)
+    assert (domain["status"], domain["reason"]) == ("False", vocab.REASON_BINDING_NOT_READY)
+    # A departure is cleaned up, but its replacement is held too.
+    sim.preempt(sim.group("qwen-cached", "server", 1))
+    for _ in range(5):
+        sim.step(30)
+    assert sim.replica_pods("qwen-cached", "server", 1) == []
+    assert sim.workload_of("qwen-cached", "server", 1) is None
+    assert len(live_pods(sim, "qwen-cached")) == 1
+    sim.set_binding_phase("team-a-dram", "Ready")
+    sim.settle()
+    assert sim.status("qwen-cached")["phase"] == vocab.PHASE_READY
+    assert sim.role_status("qwen-cached", "server")["ready"] == 3
+    assert uids & {p["metadata"]["uid"] for p in sim.pods_of("qwen-cached")}  # r0 kept serving throughout
+    sim.check_departure_events()
+
+
+@pytest.mark.xfail(strict=True, reason="app/render/names.py single_pod: a size-1 replacement on an unchanged render "
+                   "gets the departed Pod's name again (<instance>-<fingerprint>); the user's text promises a fresh one")
+def test_a_replacement_never_carries_the_departed_pods_name() -> None:
+    sim = Sim()
+    sim.apply(chat(1))
+    running(sim, "qwen-chat")
+    departed = sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"]
+    sim.kubectl_delete_pod(departed)
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"] != departed

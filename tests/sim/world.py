@@ -1,0 +1,1110 @@
+"""A pure simulation of Metacontroller, Kueue and the kubelet around `app.control.sync.reconcile`.
+
+Nothing here talks to a cluster. The simulator keeps a store of Pods, Workloads, Events and
+ModelDeployments and plays, step by step, the parts of the system the hooks service depends on:
+
+- **Metacontroller** (`Sim.sync`): builds the v2 hook request from the store (children: the
+  deployment's Pods, Services and router objects, terminating ones included; related: exactly
+  what `customize` selects — Workloads only for the names it lists), calls `reconcile`, runs the
+  intents as the executor would (before the hook answers), then applies the response: a returned
+  child that does not exist is created, an observed child that was omitted is deleted, an
+  existing Pod is never updated (`OnDelete`), and the status is written back on the parent.
+- **The API server**: a deleted Pod with Kueue's finalizer only gets a deletionTimestamp; it is
+  removed once no finalizer is left and the kubelet confirmed its end (or it never ran).
+- **Kueue** (`Sim.kueue_*`): composes a Workload named after `kueue.x-k8s.io/pod-group-name` once
+  `pod-group-total-count` runnable Pods of a group exist; lists our AdmissionCheck on it as
+  Pending; reserves quota per ClusterQueue from a capacity in cards (BestEffortFIFO, evicted
+  Workloads requeued at the back, Workloads with a Retry check inadmissible); admits a reserved
+  Workload only when every check is Ready (in the same write as the reservation when they are
+  already Ready, as the real scheduler does); evicts on a Retry check or on preemption
+  (resetting the checks to Pending and stopping the ungated Pods); deleting a Workload stops
+  its Pods and strips their finalizers.
+- **The kubelet and the node lifecycle controller** (`Sim.kubelet`): Pods of an admitted group
+  are ungated, bound and become Running+Ready; a NotReady node leaves its Pods Running but not
+  Ready and never confirms their deletion; a deleted Node has its Pods force-deleted.
+
+Every hook pass is checked against the invariants of issue 6 (see `Sim._check_pass` and
+`Sim._check_intent`); a violation raises `InvariantViolation` with the trace of recent steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable
+
+import orjson
+
+from app import vocab
+from app.api.hooks import HookRequest
+from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
+from app.control.sync import SyncFailed, SyncResult, SyncSettings, customize, parse_parent, reconcile
+from app.render import names
+from app.render.context import build_context
+from app.render.pod import RenderError, render_role
+from app.world import World, load_yaml_objects
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+BASE_TIME = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"
+WORKLOAD_GROUP_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+DEPARTURE_EVENTS = (vocab.EVENT_REPLICA_EVICTED, vocab.EVENT_REPLICA_LEAVING, vocab.EVENT_REPLICA_RESTARTED)
+EVENT_REPLICA = re.compile(r"replica (\S+) \(role (\S+), ordinal (\d+)\)")
+READY, PENDING, RETRY = "Ready", "Pending", "Retry"
+
+_RESOURCE_KINDS = {
+    vocab.PLURAL_INSTANCE_TYPES: vocab.KIND_INSTANCE_TYPE,
+    vocab.PLURAL_KV_CACHE_POOLS: vocab.KIND_KV_CACHE_POOL,
+    vocab.PLURAL_KV_CACHE_POOL_BINDINGS: vocab.KIND_KV_CACHE_POOL_BINDING,
+    vocab.PLURAL_KV_CACHE_BACKENDS: vocab.KIND_KV_CACHE_BACKEND,
+    vocab.PLURAL_MODEL_ARTIFACTS: vocab.KIND_MODEL_ARTIFACT,
+}
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+def example(name: str) -> dict[str, Any]:
+    return load_yaml_objects(EXAMPLES / "deployments" / f"{name}.yaml")[0]
+
+
+def world_objects() -> list[dict[str, Any]]:
+    return load_yaml_objects(EXAMPLES / "world")
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+# --- small readers ---------------------------------------------------------------------------
+
+
+def meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.setdefault("metadata", {})
+
+
+def labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def cond_true(obj: dict[str, Any], type_: str) -> bool:
+    c = cond(obj, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def pod_ordinal(pod: dict[str, Any]) -> tuple[str, str, int]:
+    lab = labels(pod)
+    return lab[vocab.LABEL_INSTANCE], lab[vocab.LABEL_COMPONENT], int(lab[vocab.LABEL_POD_ORDINAL])
+
+
+def fingerprint(pod: dict[str, Any]) -> str | None:
+    return annotations(pod).get(vocab.ANNOTATION_FINGERPRINT)
+
+
+def check_state(wl: dict[str, Any]) -> dict[str, Any] | None:
+    for entry in (wl.get("status") or {}).get("admissionChecks") or []:
+        if entry.get("name") == vocab.ADMISSION_CHECK_NAME:
+            return entry
+    return None
+
+
+def reserved(wl: dict[str, Any] | None) -> bool:
+    return wl is not None and cond_true(wl, "QuotaReserved")
+
+
+def admitted(wl: dict[str, Any] | None) -> bool:
+    return wl is not None and cond_true(wl, "Admitted")
+
+
+def cards_of(pod: dict[str, Any], accelerator_key: str | None) -> int:
+    requests = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources", {}).get("requests", {})
+    if accelerator_key and accelerator_key in requests:
+        return int(str(requests[accelerator_key]))
+    return 1  # a CPU-only Pod counts one unit of its queue
+
+
+@dataclass
+class Incarnation:
+    """One life of a replica: the Pods created into an empty ordinal, until they are all gone."""
+
+    id: int
+    deployment: str
+    role: str
+    ordinal: int
+    fingerprint: str | None
+    pod_uids: set[str] = field(default_factory=set)
+    ran: bool = False  # its Workload was admitted at some point (it served)
+    events: list[str] = field(default_factory=list)  # departure events recorded for it
+    gone: bool = False
+    gone_while_finalizing: bool = False
+
+
+@dataclass
+class PassRecord:
+    """What one hook pass saw and did (kept for stories to inspect)."""
+
+    deployment: str
+    time: float
+    result: SyncResult | None
+    failed: str | None
+    created: list[str]
+    deleted: list[str]
+    intents: list[Intent]
+
+
+class Sim:
+    def __init__(
+        self,
+        *,
+        capacity: dict[str, int] | None = None,
+        release_after: float = 600.0,
+        objects: Iterable[dict[str, Any]] | None = None,
+        nodes_per_queue: int = 4,
+        check_determinism: bool = True,
+        namespace: str = "team-a",
+    ) -> None:
+        self.t = 0.0
+        self.namespace = namespace
+        self.objects: list[dict[str, Any]] = copy.deepcopy(list(objects if objects is not None else world_objects()))
+        self.settings = SyncSettings(gang_release_after_seconds=release_after)
+        self.check_determinism = check_determinism
+        self.parents: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.other_children: dict[tuple[str, str], dict[str, Any]] = {}  # (child key, name) -> object
+        self.workloads: dict[str, dict[str, Any]] = {}
+        self.wl_info: dict[str, dict[str, Any]] = {}  # sim bookkeeping: cq, cards, queue time
+        self.events: dict[str, dict[str, Any]] = {}
+        self.event_log: list[RecordEvent] = []
+        self.created_from: dict[str, bytes] = {}  # pod name -> the desired object it was created from
+        self.capacity: dict[str, int] = dict(capacity or {})
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.passes: list[PassRecord] = []
+        self.trace: list[str] = []
+        self.incarnations: dict[tuple[str, str, int], Incarnation] = {}
+        self.all_incarnations: list[Incarnation] = []
+        self.turnover: dict[tuple[str, str], set[int]] = defaultdict(set)
+        self.last_input: dict[str, bytes] = {}
+        self.customize_cache: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.violations: list[str] = []
+        self.check_writes: list[tuple[float, str, str, str]] = []  # (t, workload, old state, new state)
+        self.conflicts = 0
+        self.admitted_fingerprints: set[str | None] = set()
+        self._rv = 0
+        self._uid = 0
+        for it in self.instance_types():
+            cq = it["metadata"]["name"]
+            self.capacity.setdefault(cq, int(((it.get("status") or {}).get("accelerator") or {}).get("capacity") or 8))
+            for i in range(nodes_per_queue):
+                self.nodes[f"{cq}-node-{i}"] = {"ready": True, "queue": cq}
+
+    # --- clock, ids ----------------------------------------------------------------------------
+
+    def now(self, offset: float = 0.0) -> str:
+        return (BASE_TIME + timedelta(seconds=self.t + offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+        self.note(f"advance {seconds}s")
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _next_uid(self, prefix: str) -> str:
+        self._uid += 1
+        return f"{prefix}-{self._uid:05d}"
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"[t={self.t:7.0f}] {line}")
+        if len(self.trace) > 400:
+            del self.trace[:100]
+
+    def fail(self, message: str) -> None:
+        recent = "\n".join(self.trace[-60:])
+        self.violations.append(message)
+        raise InvariantViolation(f"{message}\n--- recent steps ---\n{recent}")
+
+    # --- the world (InstanceTypes, cache objects) ------------------------------------------------
+
+    def instance_types(self) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o.get("kind") == vocab.KIND_INSTANCE_TYPE]
+
+    def instance_type(self, name: str) -> dict[str, Any] | None:
+        return next((o for o in self.instance_types() if o["metadata"]["name"] == name), None)
+
+    def queue_to_cq(self, queue: str) -> str | None:
+        for it in self.instance_types():
+            if ((it.get("status") or {}).get("entrance")) == queue:
+                return it["metadata"]["name"]
+        return None
+
+    def set_object_status(self, kind: str, name: str, **status: Any) -> None:
+        for obj in self.objects:
+            if obj.get("kind") == kind and obj["metadata"]["name"] == name:
+                obj.setdefault("status", {}).update(status)
+                self.note(f"{kind} {name} status {status}")
+                return
+        raise KeyError(name)
+
+    def set_binding_phase(self, name: str, phase: str) -> None:
+        self.set_object_status(vocab.KIND_KV_CACHE_POOL_BINDING, name, phase=phase)
+
+    # --- users ---------------------------------------------------------------------------------
+
+    def apply(self, md: dict[str, Any]) -> dict[str, Any]:
+        """kubectl apply: creates or updates a ModelDeployment (generation moves with the spec)."""
+        md = copy.deepcopy(md)
+        name = md["metadata"]["name"]
+        md["metadata"].setdefault("namespace", self.namespace)
+        existing = self.parents.get(name)
+        if existing is None:
+            md["metadata"]["uid"] = self._next_uid("md")
+            md["metadata"]["generation"] = 1
+            md["metadata"]["creationTimestamp"] = self.now()
+            md["status"] = {}
+            self.parents[name] = md
+            self.note(f"create ModelDeployment {name}")
+            return md
+        if dumps(existing["spec"]) != dumps(md["spec"]):
+            existing["metadata"]["generation"] += 1
+            existing["spec"] = md["spec"]
+            self.note(f"edit ModelDeployment {name} -> generation {existing['metadata']['generation']}")
+        return existing
+
+    def edit(self, name: str, mutate) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+        md = copy.deepcopy(self.parents[name])
+        mutate(md["spec"])
+        return self.apply(md)
+
+    def set_replicas(self, name: str, role: str, replicas: int) -> None:
+        def mutate(spec: dict[str, Any]) -> None:
+            next(r for r in spec["roles"] if r["name"] == role)["replicas"] = replicas
+
+        self.edit(name, mutate)
+
+    def delete_deployment(self, name: str) -> None:
+        md = self.parents[name]
+        if not md["metadata"].get("deletionTimestamp"):
+            md["metadata"]["deletionTimestamp"] = self.now()
+            self.note(f"delete ModelDeployment {name}")
+
+    def kubectl_delete_pod(self, name: str) -> None:
+        self.note(f"kubectl delete pod {name}")
+        self._delete_pod(name)
+
+    # --- Metacontroller --------------------------------------------------------------------------
+
+    def _customize(self, parent: dict[str, Any]) -> list[dict[str, Any]]:
+        key = (parent["metadata"]["uid"], parent["metadata"]["generation"])
+        if key not in self.customize_cache:
+            self.customize_cache[key] = customize(copy.deepcopy(parent))["relatedResources"]
+        return self.customize_cache[key]
+
+    def related_for(self, parent: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        related: dict[str, dict[str, Any]] = {}
+        for rule in self._customize(parent):
+            api, resource = rule["apiVersion"], rule["resource"]
+            wanted = set(rule["names"]) if "names" in rule else None
+            namespace = rule.get("namespace")
+            if resource == vocab.PLURAL_WORKLOADS:
+                bucket = related.setdefault(vocab.RELATED_WORKLOADS, {})
+                for wl_name in sorted(wanted or ()):
+                    wl = self.workloads.get(wl_name)
+                    if wl is not None and wl["metadata"]["namespace"] == namespace:
+                        bucket[f"{namespace}/{wl_name}"] = copy.deepcopy(wl)
+                continue
+            kind = _RESOURCE_KINDS[resource]
+            bucket = related.setdefault(f"{kind}.{api}", {})
+            for obj in self.objects:
+                if obj.get("kind") != kind:
+                    continue
+                m = obj["metadata"]
+                if wanted is not None and m["name"] not in wanted:
+                    continue
+                if namespace and m.get("namespace") != namespace:
+                    continue
+                key = f"{m['namespace']}/{m['name']}" if m.get("namespace") else m["name"]
+                bucket[key] = copy.deepcopy(obj)
+        return related
+
+    def pods_of(self, deployment: str) -> list[dict[str, Any]]:
+        uid = self.parents[deployment]["metadata"]["uid"] if deployment in self.parents else None
+        return [p for p in self.pods.values() if p["metadata"].get("ownerUid") == uid or
+                (uid is None and labels(p).get(vocab.LABEL_INSTANCE) == deployment)]
+
+    def children_of(self, parent: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        name = parent["metadata"]["name"]
+        children: dict[str, dict[str, Any]] = {vocab.CHILD_PODS: {}, vocab.CHILD_SERVICES: {}}
+        for pod in sorted(self.pods_of(name), key=lambda p: p["metadata"]["name"]):
+            view = copy.deepcopy(pod)
+            view["metadata"].pop("ownerUid", None)
+            children[vocab.CHILD_PODS][f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = view
+        for (key, child_name), obj in sorted(self.other_children.items()):
+            if obj["metadata"].get("ownerUid") == parent["metadata"]["uid"]:
+                view = copy.deepcopy(obj)
+                view["metadata"].pop("ownerUid", None)
+                children.setdefault(key, {})[f"{obj['metadata']['namespace']}/{child_name}"] = view
+        return children
+
+    def request(self, name: str) -> HookRequest:
+        parent = self.parents[name]
+        return HookRequest(parent=copy.deepcopy(parent), children=self.children_of(parent),
+                           related=self.related_for(parent),
+                           finalizing=bool(parent["metadata"].get("deletionTimestamp")))
+
+    def render_facts(self, name: str, related: dict[str, Any] | None = None) -> dict[str, tuple[str, str | None]]:
+        """role -> (current render fingerprint, hold) as the renderer sees the world now."""
+        parent = self.parents[name]
+        md = parse_parent(copy.deepcopy(parent))
+        world = World.from_related(related if related is not None else self.related_for(parent))
+        ctx = build_context(md, world, self.settings.options)
+        out: dict[str, tuple[str, str | None]] = {}
+        for role in md.spec.roles:
+            try:
+                render = render_role(ctx, role)
+            except RenderError:
+                continue
+            out[role.name] = (render.fingerprint, render.hold)
+        return out
+
+    def sync(self, name: str) -> PassRecord | None:
+        """One Metacontroller pass for one deployment (finalize when it is being deleted)."""
+        if name not in self.parents:
+            return None
+        parent = self.parents[name]
+        request = self.request(name)
+        now = self.now()
+        try:
+            result = reconcile(request, self.settings, now=now)
+        except SyncFailed as exc:
+            self.note(f"sync {name}: render failed: {exc}")
+            for intent in exc.intents:
+                self._execute(name, intent)
+            record = PassRecord(name, self.t, None, str(exc), [], [], list(exc.intents))
+            self.passes.append(record)
+            return record
+        if self.check_determinism:
+            again = reconcile(HookRequest.model_validate(request.model_dump()), self.settings, now=now)
+            if dumps(again.status) != dumps(result.status) or dumps(again.children) != dumps(result.children) \
+                    or repr(again.intents) != repr(result.intents):
+                self.fail(f"sync {name}: the same request gave a different answer")
+            input_key = dumps([request.children, request.related, parent["spec"], parent["metadata"].get("generation"),
+                               parent["metadata"].get("deletionTimestamp")])
+            if self.last_input.get(name) == input_key:
+                previous = {k: v for k, v in (parent.get("status") or {}).items() if k != "observedGeneration"}
+                if dumps(previous) != dumps(result.status):
+                    self.fail(f"sync {name}: status changed although nothing it reads changed (hot loop)")
+            self.last_input[name] = input_key
+        facts = self.render_facts(name, request.related)
+        self._check_pass(name, request, result, facts)
+        wanted = {c["metadata"]["name"] for c in result.children if c["kind"] == "Pod"}
+        deleted = sorted(p["metadata"]["name"] for p in (request.children.get(vocab.CHILD_PODS) or {}).values()
+                         if not deleting(p) and p["metadata"]["name"] not in wanted)
+        for intent in result.intents:
+            self._execute(name, intent, facts=facts)
+        created, _ = self._apply_children(parent, result.children, facts)
+        parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
+        record = PassRecord(name, self.t, result, None, created, deleted, list(result.intents))
+        self.passes.append(record)
+        summary = ", ".join(f"{type(i).__name__}:{getattr(i, 'reason', '') or getattr(i, 'state', '') or i.name}"
+                            for i in result.intents)
+        self.note(f"sync {name}: +{created} -{deleted} intents[{summary}] phase={result.status.get('phase')}")
+        if request.finalizing and result.finalized:
+            self._finalized(name)
+        return record
+
+    def _finalized(self, name: str) -> None:
+        uid = self.parents[name]["metadata"]["uid"]
+        if self.pods_of(name):
+            self.fail(f"finalize {name}: answered finalized while Pods remain: {sorted(p['metadata']['name'] for p in self.pods_of(name))}")
+        groups = self._groups_of(name)
+        left = [g for g in groups if g in self.workloads]
+        if left:
+            self.fail(f"finalize {name}: answered finalized while Workloads remain: {left}")
+        for key in [k for k, o in self.other_children.items() if o["metadata"].get("ownerUid") == uid]:
+            del self.other_children[key]
+        del self.parents[name]
+        self.note(f"ModelDeployment {name} finalized and removed")
+
+    def _groups_of(self, name: str, upto: int = 64) -> set[str]:
+        md = self.parents[name]
+        ns = md["metadata"]["namespace"]
+        return {names.pod_group(ns, name, r["name"], o) for r in md["spec"]["roles"] for o in range(upto)}
+
+    def _apply_children(self, parent: dict[str, Any], children: list[dict[str, Any]],
+                        facts: dict[str, tuple[str, str | None]]) -> tuple[list[str], list[str]]:
+        name = parent["metadata"]["name"]
+        uid = parent["metadata"]["uid"]
+        desired_pods = {c["metadata"]["name"]: c for c in children if c["kind"] == "Pod"}
+        if len(desired_pods) != sum(1 for c in children if c["kind"] == "Pod"):
+            self.fail(f"sync {name}: two desired Pods share a name")
+        observed = {p["metadata"]["name"]: p for p in self.pods_of(name)}
+        deleted = []
+        for pod_name, pod in sorted(observed.items()):
+            if pod_name not in desired_pods and not deleting(pod):
+                deleted.append(pod_name)
+                self._delete_pod(pod_name)
+        created = []
+        for pod_name, desired in sorted(desired_pods.items()):
+            if pod_name in observed:
+                if deleting(observed[pod_name]):
+                    self.fail(f"sync {name}: returned Pod {pod_name}, which is terminating, as desired")
+                continue
+            created.append(pod_name)
+            self._create_pod(parent, desired)
+        # Every other kind: created, updated in place, pruned.
+        desired_other = {}
+        for child in children:
+            if child["kind"] == "Pod":
+                continue
+            key = f"{child['kind']}.{child['apiVersion']}"
+            desired_other[(key, child["metadata"]["name"])] = child
+        for key in [k for k, o in self.other_children.items() if o["metadata"].get("ownerUid") == uid]:
+            if key not in desired_other:
+                del self.other_children[key]
+        for key, child in desired_other.items():
+            obj = copy.deepcopy(child)
+            obj["metadata"]["ownerUid"] = uid
+            previous = self.other_children.get(key)
+            if previous is not None and "status" in previous:
+                obj["status"] = previous["status"]
+            self.other_children[key] = obj
+        return created, deleted
+
+    # --- Pods on the API server ----------------------------------------------------------------
+
+    def _create_pod(self, parent: dict[str, Any], desired: dict[str, Any]) -> None:
+        name = desired["metadata"]["name"]
+        deployment, role, ordinal = pod_ordinal(desired)
+        if name in self.pods:
+            self.fail(f"create Pod {name}: AlreadyExists")
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
+            self.fail(f"create Pod {name}: not a DNS-1123 subdomain")
+        if vocab.ANNOTATION_KUEUE_FAST_ADMISSION in annotations(desired):
+            self.fail(f"create Pod {name}: carries {vocab.ANNOTATION_KUEUE_FAST_ADMISSION}")
+        same_ordinal = [p for p in self.pods.values() if labels(p).get(vocab.LABEL_INSTANCE) == deployment
+                        and labels(p).get(vocab.LABEL_COMPONENT) == role
+                        and labels(p).get(vocab.LABEL_POD_ORDINAL) == str(ordinal)]
+        if any(deleting(p) for p in same_ordinal):
+            self.fail(f"create Pod {name}: a Pod of ordinal {role}/{ordinal} is still terminating: "
+                      f"{[p['metadata']['name'] for p in same_ordinal if deleting(p)]}")
+        group = labels(desired).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
+        if same_ordinal:
+            # Only completing a group that Kueue has not admitted, on the same render, is allowed.
+            if any(fingerprint(p) != fingerprint(desired) for p in same_ordinal):
+                self.fail(f"create Pod {name}: ordinal {role}/{ordinal} still has Pods of another render")
+            if admitted(self.workloads.get(group or "")):
+                self.fail(f"create Pod {name}: ordinal {role}/{ordinal} is admitted; a new member would be excess")
+        self.created_from[name] = dumps(desired)
+        pod = copy.deepcopy(desired)
+        m = pod["metadata"]
+        m["uid"] = self._next_uid("pod")
+        m["ownerUid"] = parent["metadata"]["uid"]
+        m["resourceVersion"] = self._next_rv()
+        m["creationTimestamp"] = self.now()
+        m.setdefault("labels", {})["controller-uid"] = parent["metadata"]["uid"]
+        if vocab.LABEL_KUEUE_QUEUE_NAME in labels(pod):
+            # Kueue's Pod webhook.
+            m["labels"][vocab.LABEL_KUEUE_MANAGED] = "true"
+            m["finalizers"] = [KUEUE_FINALIZER]
+            pod["spec"]["schedulingGates"] = [{"name": vocab.KUEUE_SCHEDULING_GATE}]
+        pod["status"] = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+        self.pods[name] = pod
+        key = (deployment, role, ordinal)
+        inc = self.incarnations.get(key)
+        if inc is None or inc.gone:
+            inc = Incarnation(len(self.all_incarnations), deployment, role, ordinal, fingerprint(desired))
+            self.incarnations[key] = inc
+            self.all_incarnations.append(inc)
+        inc.pod_uids.add(m["uid"])
+
+    def _delete_pod(self, name: str) -> None:
+        pod = self.pods.get(name)
+        if pod is None or deleting(pod):
+            return
+        pod["metadata"]["deletionTimestamp"] = self.now()
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+        self._maybe_remove(name)
+
+    def _maybe_remove(self, name: str) -> None:
+        pod = self.pods.get(name)
+        if pod is None or not deleting(pod) or pod["metadata"].get("finalizers"):
+            return
+        node = pod["spec"].get("nodeName")
+        if node and pod_phase(pod) not in ("Failed", "Succeeded"):
+            return  # the kubelet has to confirm the end first
+        del self.pods[name]
+        self.note(f"Pod {name} removed")
+        key = pod_ordinal(pod)
+        inc = self.incarnations.get(key)
+        if inc is not None and not self._ordinal_pods(*key):
+            inc.gone = True
+            parent = self.parents.get(key[0])
+            inc.gone_while_finalizing = parent is None or bool(parent["metadata"].get("deletionTimestamp"))
+
+    def _ordinal_pods(self, deployment: str, role: str, ordinal: int) -> list[dict[str, Any]]:
+        return [p for p in self.pods.values() if pod_ordinal(p) == (deployment, role, ordinal)]
+
+    def _release_finalizer(self, pod: dict[str, Any]) -> None:
+        finalizers = pod["metadata"].get("finalizers") or []
+        if KUEUE_FINALIZER in finalizers:
+            pod["metadata"]["finalizers"] = [f for f in finalizers if f != KUEUE_FINALIZER]
+            self._maybe_remove(pod["metadata"]["name"])
+
+    def fail_pod(self, name: str) -> None:
+        """The kubelet evicts the Pod (node pressure): phase Failed, object left in place."""
+        pod = self.pods[name]
+        pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}], "reason": "Evicted"}
+        self.note(f"Pod {name} Failed (kubelet eviction)")
+
+    # --- executor ------------------------------------------------------------------------------
+
+    def _execute(self, deployment: str, intent: Intent, facts: dict[str, tuple[str, str | None]] | None = None) -> None:
+        if isinstance(intent, DeleteWorkload):
+            self.delete_workload(intent.name, why=intent.why)
+        elif isinstance(intent, RecordEvent):
+            self._record_event(intent)
+        elif isinstance(intent, SetAdmissionCheck):
+            self._check_intent(deployment, intent, facts or {})
+            wl = self.workloads.get(intent.workload)
+            if wl is None or (intent.resource_version and wl["metadata"]["resourceVersion"] != intent.resource_version):
+                self.conflicts += 1
+                return
+            entry = check_state(wl)
+            old = entry.get("state") if entry else None
+            new_entry = {"name": vocab.ADMISSION_CHECK_NAME, "state": intent.state, "message": intent.message,
+                         "lastTransitionTime": intent.last_transition_time}
+            if entry is not None and "retryCount" in entry:
+                new_entry["retryCount"] = entry["retryCount"]
+            checks = [e for e in (wl.get("status") or {}).get("admissionChecks") or []
+                      if e.get("name") != vocab.ADMISSION_CHECK_NAME]
+            wl.setdefault("status", {})["admissionChecks"] = sorted([*checks, new_entry], key=lambda e: e["name"])
+            wl["metadata"]["resourceVersion"] = self._next_rv()
+            self.check_writes.append((self.t, intent.workload, str(old), intent.state))
+
+    def _record_event(self, intent: RecordEvent) -> None:
+        self.event_log.append(intent)
+        existing = self.events.get(intent.name)
+        if existing is not None:
+            if existing["reason"] != intent.reason:
+                self.fail(f"event {intent.name}: one name for two reasons ({existing['reason']}, {intent.reason})")
+            existing["attempts"] += 1
+            return
+        self.events[intent.name] = {"reason": intent.reason, "message": intent.message, "type": intent.type,
+                                    "time": self.t, "attempts": 1, "deployment": intent.deployment}
+        if intent.reason in DEPARTURE_EVENTS:
+            match = EVENT_REPLICA.search(intent.message)
+            if not match:
+                self.fail(f"event {intent.reason}: the message does not name the replica: {intent.message}")
+            if f"{vocab.KV_LEASE_WINDOW_SECONDS}s" not in intent.message:
+                self.fail(f"event {intent.reason}: the message does not name the lease window: {intent.message}")
+            inc = self.incarnations.get((intent.deployment, match.group(2), int(match.group(3))))
+            if inc is None:
+                self.fail(f"event {intent.reason} for {match.group(1)}: no replica ever existed there")
+            inc.events.append(intent.reason)
+            if len(inc.events) > 1:
+                self.fail(f"replica {match.group(1)} (incarnation {inc.id}): more than one departure event "
+                          f"for one occurrence: {inc.events}")
+            if not inc.ran:
+                self.fail(f"replica {match.group(1)}: {intent.reason} recorded for a replica that never ran")
+        self.note(f"Event {intent.reason}: {intent.message[:90]}")
+
+    def events_by_reason(self, reason: str, deployment: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.events.values()
+                if e["reason"] == reason and (deployment is None or e["deployment"] == deployment)]
+
+    # --- Kueue ---------------------------------------------------------------------------------
+
+    def delete_workload(self, name: str, why: str = "") -> None:
+        wl = self.workloads.pop(name, None)
+        self.wl_info.pop(name, None)
+        if wl is None:
+            return
+        self.note(f"Workload {name} deleted ({why})")
+        # Kueue: the job is stopped (its Pods deleted) and its Pods' finalizers stripped.
+        for pod in list(self.pods.values()):
+            if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name:
+                self._delete_pod(pod["metadata"]["name"])
+                if pod["metadata"]["name"] in self.pods:
+                    self._release_finalizer(pod)
+
+    def _runnable(self, pod: dict[str, Any]) -> bool:
+        """Kueue's isPodRunnableOrSucceeded: a deleted Pod counts while it is on a node."""
+        if deleting(pod) and not pod["spec"].get("nodeName"):
+            return False
+        return pod_phase(pod) != "Failed"
+
+    def kueue_compose(self) -> None:
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in self.pods.values():
+            group = labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
+            if group and labels(pod).get(vocab.LABEL_KUEUE_MANAGED) == "true":
+                groups[group].append(pod)
+        for group, members in sorted(groups.items()):
+            total = int(annotations(members[0]).get(vocab.ANNOTATION_KUEUE_GROUP_TOTAL_COUNT, "1"))
+            active = [p for p in members if self._runnable(p)]
+            if len(active) > total:
+                self.fail(f"Kueue: group {group} has {len(active)} runnable Pods for a total of {total}; Kueue "
+                          f"would delete the newest as excess: {sorted(p['metadata']['name'] for p in active)}")
+            if group in self.workloads:
+                continue
+            # No Workload: a deleted Pod that cannot run any more is released.
+            for pod in members:
+                if deleting(pod) or pod_phase(pod) == "Failed":
+                    self._release_finalizer(pod)
+            fresh = [p for p in active if not deleting(p)]
+            if len(fresh) < total:
+                continue
+            self._create_workload(group, fresh, total)
+
+    def _create_workload(self, group: str, members: list[dict[str, Any]], total: int) -> None:
+        first = members[0]
+        queue = labels(first)[vocab.LABEL_KUEUE_QUEUE_NAME]
+        cq = self.queue_to_cq(queue)
+        it = self.instance_type(cq or "")
+        key = ((it or {}).get("spec") or {}).get("acceleratorResource")
+        cards = sum(cards_of(p, key) for p in members[:total])
+        now = self.now()
+        wl = {
+            "apiVersion": vocab.KUEUE_API_VERSION,
+            "kind": vocab.KIND_WORKLOAD,
+            "metadata": {
+                "name": group, "namespace": first["metadata"]["namespace"], "uid": self._next_uid("wl"),
+                "resourceVersion": self._next_rv(), "creationTimestamp": now,
+                "labels": {vocab.LABEL_KUEUE_QUEUE_NAME: queue},
+                "annotations": {WORKLOAD_GROUP_ANNOTATION: "true"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"],
+                                     "uid": p["metadata"]["uid"]} for p in members],
+            },
+            "spec": {"queueName": queue, "podSets": [{"name": annotations(first)[vocab.ANNOTATION_KUEUE_ROLE_HASH],
+                                                      "count": total}]},
+            "status": {"conditions": [], "admissionChecks": [
+                {"name": vocab.ADMISSION_CHECK_NAME, "state": PENDING, "message": "", "lastTransitionTime": now}]},
+        }
+        self.workloads[group] = wl
+        self.wl_info[group] = {"cq": cq, "cards": cards, "queued_at": self.t, "deployment": labels(first)[vocab.LABEL_INSTANCE],
+                               "fingerprint": fingerprint(first)}
+        self.note(f"Kueue: Workload {group} composed ({cards} cards in {cq})")
+
+    def _set_cond(self, wl: dict[str, Any], type_: str, status: str, reason: str, message: str = "") -> None:
+        conds = wl.setdefault("status", {}).setdefault("conditions", [])
+        for c in conds:
+            if c["type"] == type_:
+                if c["status"] != status:
+                    c.update(status=status, lastTransitionTime=self.now())
+                c.update(reason=reason, message=message)
+                return
+        conds.append({"type": type_, "status": status, "reason": reason, "message": message,
+                      "lastTransitionTime": self.now()})
+
+    def used(self, cq: str) -> int:
+        return sum(info["cards"] for n, info in self.wl_info.items() if info["cq"] == cq and reserved(self.workloads[n]))
+
+    def queued(self, cq: str | None = None) -> list[str]:
+        """Workloads waiting for quota, in the order Kueue would try them."""
+        out = []
+        for n, wl in self.workloads.items():
+            info = self.wl_info[n]
+            if cq is not None and info["cq"] != cq:
+                continue
+            if reserved(wl) or deleting(wl):
+                continue
+            if any(e.get("state") in (RETRY, "Rejected") for e in (wl.get("status") or {}).get("admissionChecks") or []):
+                continue  # inadmissible: "The workload has failed admission checks"
+            out.append(n)
+        return sorted(out, key=lambda n: (self.wl_info[n]["queued_at"], self.workloads[n]["metadata"]["creationTimestamp"], n))
+
+    def kueue_reserve(self, name: str) -> bool:
+        """The scheduler reserves quota for one Workload if it fits (and admits it at once if every
+        check is already Ready, in the same write)."""
+        wl = self.workloads.get(name)
+        if wl is None or name not in self.queued():
+            return False
+        info = self.wl_info[name]
+        if self.used(info["cq"]) + info["cards"] > self.capacity.get(info["cq"], 0):
+            return False
+        self._set_cond(wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {info['cq']}")
+        for type_ in ("Evicted", "Preempted"):
+            if cond_true(wl, type_):
+                self._set_cond(wl, type_, "False", "QuotaReserved")
+        wl["status"]["admission"] = {"clusterQueue": info["cq"]}
+        checks = wl["status"].get("admissionChecks") or []
+        if all(e.get("state") == READY for e in checks):
+            self._admit(wl)
+        wl["metadata"]["resourceVersion"] = self._next_rv()
+        self.note(f"Kueue: quota reserved for {name} ({info['cards']} cards, {self.used(info['cq'])}/"
+                  f"{self.capacity.get(info['cq'])} used in {info['cq']})")
+        return True
+
+    def kueue_reserve_all(self) -> None:
+        """One scheduling cycle, BestEffortFIFO: every queued Workload that fits, in queue order."""
+        for name in self.queued():
+            self.kueue_reserve(name)
+
+    def _admit(self, wl: dict[str, Any]) -> None:
+        self._set_cond(wl, "Admitted", "True", "Admitted", "The workload is admitted")
+        name = wl["metadata"]["name"]
+        info = self.wl_info[name]
+        self.note(f"Kueue: Workload {name} admitted")
+        self.admitted_fingerprints.add(info["fingerprint"])
+        for pod in self.pods.values():
+            if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name:
+                inc = self.incarnations.get(pod_ordinal(pod))
+                if inc is not None:
+                    inc.ran = True
+        # An obsolete render must never be admitted: our check is listed on every ClusterQueue, so
+        # this can only happen if Ready was written for it.
+        deployment = info["deployment"]
+        if deployment in self.parents and not deleting(self.parents[deployment]):
+            facts = self.render_facts(deployment)
+            role = wl["spec"]["podSets"][0]["name"]
+            if role in facts and facts[role][0] != info["fingerprint"] and self._last_sync_gen_current(deployment):
+                self.fail(f"Kueue admitted {name} on an obsolete render of {deployment}/{role}")
+
+    def _last_sync_gen_current(self, deployment: str) -> bool:
+        parent = self.parents[deployment]
+        return parent.get("status", {}).get("observedGeneration") == parent["metadata"]["generation"]
+
+    def kueue_checks(self) -> None:
+        """The workload controller: Retry evicts; all checks Ready on a reservation admits; the
+        job reconciler ungates the Pods of admitted Workloads."""
+        for name, wl in list(self.workloads.items()):
+            if not reserved(wl):
+                continue
+            checks = (wl.get("status") or {}).get("admissionChecks") or []
+            if any(e.get("state") == RETRY for e in checks):
+                self.evict(name, "AdmissionCheck", "Evicted due to AdmissionCheck in Retry state")
+            elif not admitted(wl) and all(e.get("state") == READY for e in checks):
+                self._admit(wl)
+                wl["metadata"]["resourceVersion"] = self._next_rv()
+        for pod in self.pods.values():
+            group = labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
+            if group and admitted(self.workloads.get(group)) and gated(pod) and not deleting(pod):
+                pod["spec"]["schedulingGates"] = [g for g in pod["spec"]["schedulingGates"]
+                                                  if g.get("name") != vocab.KUEUE_SCHEDULING_GATE]
+                if not pod["spec"]["schedulingGates"]:
+                    del pod["spec"]["schedulingGates"]
+
+    def evict(self, name: str, reason: str = "Preempted", message: str = "Preempted to accommodate a workload") -> None:
+        """Kueue evicts a Workload: preemption, a Retry check, a PodsReady timeout."""
+        wl = self.workloads[name]
+        self.note(f"Kueue: Workload {name} evicted ({reason})")
+        self._set_cond(wl, "Evicted", "True", reason, message)
+        if reason == "Preempted":
+            self._set_cond(wl, "Preempted", "True", "InClusterQueue", message)
+        self._set_cond(wl, "QuotaReserved", "False", "Pending", message)
+        if cond(wl, "Admitted") is not None:
+            self._set_cond(wl, "Admitted", "False", "NoReservation", message)
+        wl["status"].pop("admission", None)
+        for entry in wl["status"].get("admissionChecks") or []:
+            if entry.get("state") != PENDING:
+                if entry.get("state") == RETRY:
+                    entry["retryCount"] = int(entry.get("retryCount") or 0) + 1
+                entry.update(state=PENDING, message=f"Reset to Pending after eviction. Previously: {entry['state']}",
+                             lastTransitionTime=self.now())
+        wl["metadata"]["resourceVersion"] = self._next_rv()
+        self.wl_info[name]["queued_at"] = self.t  # requeued at the back (eviction timestamp)
+        # Stop: ungated Pods are deleted; gated ones are left for the next admission.
+        for pod in list(self.pods.values()):
+            if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name and not gated(pod) \
+                    and pod_phase(pod) not in ("Failed", "Succeeded"):
+                self._delete_pod(pod["metadata"]["name"])
+
+    def preempt(self, name: str) -> None:
+        self.evict(name, "Preempted")
+
+    def kueue(self) -> None:
+        """One round of every Kueue controller."""
+        self.kueue_compose()
+        self.kueue_checks()
+        self.kueue_reserve_all()
+        self.kueue_checks()
+
+    # --- kubelet, nodes ------------------------------------------------------------------------
+
+    def kubelet(self) -> None:
+        for name in sorted(self.pods):
+            pod = self.pods.get(name)
+            if pod is None:
+                continue
+            node = pod["spec"].get("nodeName")
+            node_ready = node is not None and self.nodes.get(node, {}).get("ready", False)
+            if deleting(pod):
+                if node is None:
+                    self._maybe_remove(name)
+                elif node_ready or node not in self.nodes:
+                    if pod_phase(pod) not in ("Failed", "Succeeded"):
+                        pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+                    self._maybe_remove(name)
+                continue
+            if gated(pod) or pod_phase(pod) in ("Failed", "Succeeded"):
+                continue
+            if node is None:
+                info = self.wl_info.get(labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, ""))
+                cq = info["cq"] if info else None
+                candidates = sorted(n for n, s in self.nodes.items() if s["ready"] and (cq is None or s["queue"] == cq))
+                if not candidates:
+                    continue
+                load = {n: sum(1 for p in self.pods.values() if p["spec"].get("nodeName") == n) for n in candidates}
+                pod["spec"]["nodeName"] = min(candidates, key=lambda n: (load[n], n))
+                node_ready = True
+            ready = "True" if node_ready else "False"
+            if pod_phase(pod) != "Running" or (pod.get("status") or {}).get("conditions", [{}])[0].get("status") != ready:
+                pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]}
+                pod["metadata"]["resourceVersion"] = self._next_rv()
+
+    def node_of(self, pod_name: str) -> str | None:
+        return self.pods[pod_name]["spec"].get("nodeName")
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        self.nodes[node]["ready"] = ready
+        self.note(f"node {node} {'Ready' if ready else 'NotReady'}")
+        if not ready:
+            # The node lifecycle controller marks its Pods not Ready; they stay Running.
+            for pod in self.pods.values():
+                if pod["spec"].get("nodeName") == node and pod_phase(pod) == "Running":
+                    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+
+    def delete_node(self, node: str) -> None:
+        """The Node object goes (a replaced machine): the pod GC force-deletes its Pods."""
+        self.note(f"node {node} deleted")
+        del self.nodes[node]
+        for name in sorted(self.pods):
+            pod = self.pods.get(name)
+            if pod is not None and pod["spec"].get("nodeName") == node:
+                pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+                self._delete_pod(name)
+                self._maybe_remove(name)
+
+    # --- driving -------------------------------------------------------------------------------
+
+    def sync_all(self) -> None:
+        for name in sorted(self.parents):
+            self.sync(name)
+
+    def step(self, seconds: float = 5.0) -> None:
+        """One round of the whole system: hooks, Kueue, kubelet, then time passes."""
+        self.sync_all()
+        self.kueue()
+        self.kubelet()
+        self.check_global()
+        self.advance(seconds)
+
+    def state_key(self) -> bytes:
+        return dumps([self.pods, self.workloads, {n: p.get("status") for n, p in self.parents.items()}])
+
+    def settle(self, rounds: int = 40, seconds: float = 5.0) -> int:
+        """Steps until nothing changes (or `rounds` pass); returns the number of steps taken."""
+        for i in range(rounds):
+            before = self.state_key()
+            self.step(seconds)
+            if self.state_key() == before:
+                return i + 1
+        return rounds
+
+    # --- invariants ----------------------------------------------------------------------------
+
+    def check_global(self) -> None:
+        """What must hold in the store at every moment."""
+        for (deployment, role), ordinals in list(self.turnover.items()):
+            # An ordinal leaves turnover once its new incarnation holds an admitted Workload.
+            if deployment not in self.parents:
+                del self.turnover[(deployment, role)]
+                continue
+            ns = self.parents[deployment]["metadata"]["namespace"]
+            for ordinal in list(ordinals):
+                wl = self.workloads.get(names.pod_group(ns, deployment, role, ordinal))
+                pods = self._ordinal_pods(deployment, role, ordinal)
+                if admitted(wl) and pods and not any(deleting(p) for p in pods):
+                    ordinals.discard(ordinal)
+            if len(ordinals) > 1:
+                self.fail(f"{deployment}/{role}: {len(ordinals)} rollout replacements unresolved at once: {sorted(ordinals)}")
+        for name, pod in self.pods.items():
+            if not deleting(pod) and name in self.created_from:
+                stored = {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "schedulingGates")}
+                original = orjson.loads(self.created_from[name])["spec"]
+                if dumps(stored) != dumps(original):
+                    self.fail(f"Pod {name}: its spec changed after creation")
+
+    def _check_pass(self, name: str, request: HookRequest, result: SyncResult,
+                    facts: dict[str, tuple[str, str | None]]) -> None:
+        """Invariants of one hook pass, judged against what the pass observed."""
+        parent = self.parents[name]
+        md = parent["spec"]
+        ns = parent["metadata"]["namespace"]
+        finalizing = request.finalizing
+        desired = {c["metadata"]["name"]: c for c in result.children if c["kind"] == "Pod"}
+        deletes = {i.name for i in result.intents if isinstance(i, DeleteWorkload)}
+        observed = [p for p in (request.children.get(vocab.CHILD_PODS) or {}).values()]
+        by_ordinal: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        for pod in observed:
+            _, role, ordinal = pod_ordinal(pod)
+            by_ordinal[(role, ordinal)].append(pod)
+        roles = {r["name"]: r for r in md["roles"]}
+        replaced: dict[str, list[int]] = defaultdict(list)
+        for (role, ordinal), pods in sorted(by_ordinal.items()):
+            group = names.pod_group(ns, name, role, ordinal)
+            wl = self.workloads.get(group)
+            spec_role = roles.get(role)
+            declared = spec_role is not None and ordinal < int(spec_role.get("replicas", 1)) and not finalizing
+            size = int(spec_role.get("size", 1)) if spec_role else 1
+            current_fp, hold = facts.get(role, (None, None))
+            live = [p for p in pods if not deleting(p)]
+            omitted = [p for p in live if p["metadata"]["name"] not in desired]
+            kept = [p for p in live if p["metadata"]["name"] in desired]
+            if kept and omitted:
+                self.fail(f"sync {name}: replica {role}/{ordinal} kept in part: {[p['metadata']['name'] for p in omitted]} "
+                          f"deleted, {[p['metadata']['name'] for p in kept]} kept (the instance is replaced whole)")
+            for pod in kept:
+                # A kept replica on the current render is returned exactly as it was created.
+                original = self.created_from.get(pod["metadata"]["name"])
+                if original is not None and fingerprint(pod) == current_fp \
+                        and dumps(desired[pod["metadata"]["name"]]) != original:
+                    self.fail(f"sync {name}: kept Pod {pod['metadata']['name']} is not returned byte-identical")
+            if not omitted:
+                continue
+            healthy = (len(live) == size == len(pods) and admitted(wl) and not cond_true(wl or {}, "Evicted")
+                       and all(pod_phase(p) not in ("Failed", "Succeeded") for p in pods))
+            departed = (len(live) < len(pods) or any(pod_phase(p) in ("Failed", "Succeeded") for p in pods)
+                        or (cond_true(wl or {}, "Evicted") and not all(gated(p) for p in pods))
+                        or (admitted(wl) and len(pods) < size))
+            obsolete = any(fingerprint(p) != current_fp for p in pods)
+            if not declared:
+                why = "shed"
+            elif departed:
+                why = "departed"
+            elif obsolete and healthy:
+                why = "rollout"
+            elif obsolete and not admitted(wl):
+                why = "superseded"
+            else:
+                self.fail(f"sync {name}: deleted replica {role}/{ordinal} without a reason (healthy={healthy}, "
+                          f"obsolete={obsolete}, admitted={admitted(wl)}, hold={hold!r})")
+            if why in ("rollout", "superseded") and hold is not None:
+                self.fail(f"sync {name}: replica {role}/{ordinal} deleted for a {why} while new replicas are held "
+                          f"({hold})")
+            if wl is not None and group not in deletes:
+                self.fail(f"sync {name}: replica {role}/{ordinal} deleted ({why}) without deleting its Workload {group}")
+            if why == "rollout":
+                replaced[role].append(ordinal)
+        for role, ordinals in replaced.items():
+            if len(ordinals) > 1:
+                self.fail(f"sync {name}: {len(ordinals)} replicas of role {role} turned over in one pass: {ordinals}")
+            for other in range(int(roles[role].get("replicas", 1))):
+                pods = by_ordinal.get((role, other), [])
+                wl = self.workloads.get(names.pod_group(ns, name, role, other))
+                ok = (pods and all(not deleting(p) for p in pods) and len(pods) == int(roles[role].get("size", 1))
+                      and admitted(wl))
+                if not ok:
+                    self.fail(f"sync {name}: role {role} turned over ordinal {ordinals[0]} while ordinal {other} "
+                              f"holds no admitted Workload (the cadence guard)")
+            unresolved = self.turnover[(name, role)] - set(ordinals)
+            if unresolved:
+                self.fail(f"sync {name}: role {role} turned over {ordinals} while {sorted(unresolved)} is unresolved")
+            self.turnover[(name, role)].update(ordinals)
+        # Shed ordinals: their Workloads are deleted even when customize no longer lists them.
+        if not finalizing:
+            for role, spec_role in roles.items():
+                for (r, ordinal), pods in by_ordinal.items():
+                    if r == role and ordinal >= int(spec_role.get("replicas", 1)) and any(not deleting(p) for p in pods):
+                        group = names.pod_group(ns, name, role, ordinal)
+                        if group not in deletes:
+                            self.fail(f"sync {name}: shed replica {role}/{ordinal} without deleting Workload {group}")
+        # New Pods: scale-up is immediate; nothing is created into an occupied ordinal (checked at create).
+        for pod_name, pod in desired.items():
+            _, role, ordinal = pod_ordinal(pod)
+            if role in roles and ordinal >= int(roles[role].get("replicas", 1)):
+                self.fail(f"sync {name}: returned Pod {pod_name} of an undeclared ordinal")
+            if finalizing:
+                self.fail(f"finalize {name}: returned Pod {pod_name}")
+
+    def _check_intent(self, deployment: str, intent: SetAdmissionCheck, facts: dict[str, tuple[str, str | None]]) -> None:
+        wl = self.workloads.get(intent.workload)
+        if wl is None:
+            return
+        entry = check_state(wl) or {}
+        if admitted(wl) and entry.get("state") == READY and intent.state != READY:
+            self.fail(f"check on admitted {intent.workload} taken from Ready to {intent.state}")
+        if intent.state == RETRY and admitted(wl):
+            self.fail(f"Retry written on admitted {intent.workload}")
+        if intent.state != READY:
+            return
+        if not reserved(wl):
+            self.fail(f"Ready written on {intent.workload}, which holds no quota (Kueue would admit it on reservation)")
+        info = self.wl_info[intent.workload]
+        role = wl["spec"]["podSets"][0]["name"]
+        if role in facts and facts[role][0] != info["fingerprint"]:
+            self.fail(f"Ready written on {intent.workload}, whose Pods are an obsolete render of role {role}")
+        parent = self.parents.get(deployment)
+        if parent is None:
+            return
+        roles = parent["spec"]["roles"]
+        if len(roles) > 1:
+            ns = parent["metadata"]["namespace"]
+            missing = []
+            for r in roles:
+                for o in range(int(r.get("replicas", 1))):
+                    g = names.pod_group(ns, deployment, r["name"], o)
+                    if not (reserved(self.workloads.get(g)) or admitted(self.workloads.get(g))):
+                        missing.append(f"{r['name']}/{o}")
+            if missing:
+                self.fail(f"Ready written on {intent.workload} while the set is incomplete: {missing} hold no quota")
+
+    def check_departure_events(self) -> None:
+        """Every replica that ran and then went away (outside deletion) has exactly one Event."""
+        for inc in self.all_incarnations:
+            if inc.gone and inc.ran and not inc.gone_while_finalizing and len(inc.events) != 1:
+                self.fail(f"replica {inc.deployment}/{inc.role}/{inc.ordinal} (incarnation {inc.id}) ran and departed "
+                          f"with {len(inc.events)} departure events")
+
+    # --- reading state for stories ---------------------------------------------------------------
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.parents[name].get("status") or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
+
+    def role_status(self, name: str, role: str) -> dict[str, Any]:
+        return next(r for r in self.status(name).get("roles", []) if r["name"] == role)
+
+    def replica_pods(self, name: str, role: str, ordinal: int) -> list[dict[str, Any]]:
+        return sorted(self._ordinal_pods(name, role, ordinal), key=lambda p: p["metadata"]["name"])
+
+    def workload_of(self, name: str, role: str, ordinal: int) -> dict[str, Any] | None:
+        ns = self.parents[name]["metadata"]["namespace"] if name in self.parents else self.namespace
+        return self.workloads.get(names.pod_group(ns, name, role, ordinal))
+
+    def group(self, name: str, role: str, ordinal: int) -> str:
+        return names.pod_group(self.namespace, name, role, ordinal)
