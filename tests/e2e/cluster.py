@@ -149,12 +149,6 @@ class NodePool:
                     "status": {
                         "allocatable": dict(capacity),
                         "capacity": dict(capacity),
-                        "nodeInfo": {
-                            "architecture": self.arch,
-                            "operatingSystem": "linux",
-                            "kubeletVersion": "fake",
-                            "kubeProxyVersion": "fake",
-                        },
                     },
                 }
             )
@@ -207,8 +201,9 @@ def wait_until(
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; return that value.
 
-    Exceptions raised by the predicate count as "not yet"; the last one is
-    reported if the timeout expires.
+    Exceptions raised by the predicate count as "not yet" (the last one is
+    reported if the timeout expires), except :class:`ControlPlaneError`, which
+    is raised at once.
     """
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -217,6 +212,8 @@ def wait_until(
             value = predicate()
             if value:
                 return value
+        except ControlPlaneError:
+            raise
         except Exception as exc:  # noqa: BLE001 - reported on timeout
             last_exc = exc
         if time.monotonic() >= deadline:
@@ -870,6 +867,11 @@ class ControlPlane:
                 "manageAllNodes": False,
                 "manageNodesWithLabelSelector": f"{KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
                 "nodeLeaseDurationSeconds": 40,
+                # Set explicitly: defaults are not applied to a config file's options.
+                "nodeLeaseParallelism": 4,
+                "podPlayStageParallelism": 4,
+                "nodePlayStageParallelism": 4,
+                "podsOnNodeSyncParallelism": 1,
             },
         }
         path = self.work_dir / "kwok.yaml"
