@@ -6,8 +6,11 @@ treats as "leave everything as it is and retry".
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -16,7 +19,8 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from app.api.hooks import CustomizeRequest, HookRequest, sync_response
-from app.control.sync import SyncFailed, customize, reconcile
+from app.control.intents import Intent
+from app.control.sync import SyncFailed, SyncSettings, customize, reconcile
 from app.kube.executor import utc_now
 from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
 from app.web.state import ServiceState
@@ -36,9 +40,9 @@ def _error(status_code: int, message: str, headers: dict[str, str] | None = None
     return _json({"error": message}, status_code, headers)
 
 
-async def _parse(request: Request, model: type) -> Any:
+def _parse_body(raw: bytes, model: type) -> Any:
     try:
-        body = orjson.loads(await request.body())
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _BadRequest(f"request body is not JSON: {exc}") from exc
     try:
@@ -47,19 +51,57 @@ async def _parse(request: Request, model: type) -> Any:
         raise _BadRequest(f"not a Metacontroller v2 hook request: {exc.errors()[:3]}") from exc
 
 
+async def _parse(request: Request, model: type) -> Any:
+    return _parse_body(await request.body(), model)
+
+
 class _BadRequest(Exception):
     pass
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while one request is parsed, reconciled and answered.
+
+    A sync request is a tree of up to millions of dicts and lists (JSON has no cycles) that lives
+    for one pass: the collector can free none of it, yet each of its passes walks all of it, which
+    cost 4-5x the parse itself at 1,000 Pods. Reference counting frees the request when the pass
+    returns, exactly as before. The section holds no `await`, so no other request runs meanwhile.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, list[Intent], str]:
+    """Parse, reconcile, serialize: the answer's bytes, the intents and a log line.
+
+    Only the bytes and the intents outlive this call, so the request is freed on return.
+    """
+    hook_request: HookRequest = _parse_body(raw, HookRequest)
+    if hook == "finalize":
+        hook_request.finalizing = True
+    result = reconcile(hook_request, settings, now=utc_now())
+    body = orjson.dumps(sync_response(result.status, result.children, result.resync_after, result.finalized))
+    meta = hook_request.parent.get("metadata", {})
+    line = (f"{hook} {meta.get('namespace')}/{meta.get('name')}: {len(result.children)} children, "
+            f"{len(result.intents)} intents, phase {result.status.get('phase')}")
+    return body, result.intents, line
 
 
 async def _reconcile(request: Request, hook: str) -> Response:
     state: ServiceState = request.app.state.service
     started = time.perf_counter()
     try:
-        hook_request: HookRequest = await _parse(request, HookRequest)
-        if hook == "finalize":
-            hook_request.finalizing = True
-        result = reconcile(hook_request, state.sync_settings, now=utc_now())
-        await state.executor.run(result.intents)
+        raw = await request.body()
+        with _gc_paused():
+            body, intents, line = _sync_pass(raw, hook, state.sync_settings)
+        await state.executor.run(intents)
     except _BadRequest as exc:
         HOOK_ERRORS.labels(hook, "bad_request").inc()
         return _error(400, str(exc))
@@ -79,11 +121,8 @@ async def _reconcile(request: Request, hook: str) -> Response:
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
     finally:
         HOOK_LATENCY.labels(hook).observe(time.perf_counter() - started)
-    log.info("%s %s/%s: %d children, %d intents, phase %s", hook,
-             hook_request.parent.get("metadata", {}).get("namespace"),
-             hook_request.parent.get("metadata", {}).get("name"), len(result.children), len(result.intents),
-             result.status.get("phase"))
-    return _json(sync_response(result.status, result.children, result.resync_after, result.finalized))
+    log.info("%s", line)
+    return Response(body, media_type="application/json")
 
 
 @router.post("/sync")
