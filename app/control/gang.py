@@ -39,7 +39,7 @@ from typing import Any
 from app import vocab
 from app.control import observed as obs
 from app.control.intents import SetAdmissionCheck
-from app.control.rollout import Action, RolePlan
+from app.control.rollout import Action, OrdinalPlan, RolePlan
 from app.render import names
 from app.render.context import DeploymentContext
 
@@ -91,10 +91,19 @@ def release_bound(namespace: str, deployment: str, since: str, release_after_sec
     return release_after_seconds * (1.0 + draw)
 
 
+def _admissible(plan: RolePlan, entry: OrdinalPlan) -> bool:
+    """A group we may let start: on the role's current render, and the role is not held."""
+    return entry.up_to_date and plan.hold is None
+
+
 def verdict(plans: list[RolePlan]) -> GangVerdict:
-    """Whether every declared (role, replica) group holds quota after this pass."""
-    counted = [p for plan in plans for p in plan.ordinals if p.action != Action.SHED]
-    have = sum(1 for p in counted if p.reserved or p.admitted)
+    """Whether every declared (role, replica) group holds quota after this pass.
+
+    A group counts when it is admitted, or holds quota and may start (an obsolete or held render
+    holding quota is not what the set waits for).
+    """
+    counted = [(plan, p) for plan in plans for p in plan.ordinals if p.action != Action.SHED]
+    have = sum(1 for plan, p in counted if p.admitted or (p.reserved and _admissible(plan, p)))
     return GangVerdict(complete=have == len(counted), have=have, want=len(counted))
 
 
@@ -103,6 +112,9 @@ class _Group:
     name: str
     workload: dict[str, Any]
     check: dict[str, Any]
+    # On the current render and not held: may be admitted (see _admissible).
+    admissible: bool = True
+    why_not: str = ""
 
     @property
     def admitted(self) -> bool:
@@ -131,7 +143,12 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
             if check is None:
                 # The Workload's ClusterQueue does not list our check: nothing to decide.
                 continue
-            out.append(_Group(group, workload, check))
+            why_not = ""
+            if plan.hold is not None:
+                why_not = f"new replicas of role {plan.role} are held: {plan.hold}"
+            elif not entry.up_to_date:
+                why_not = f"these Pods are an obsolete render of role {plan.role}; they are replaced, never admitted"
+            out.append(_Group(group, workload, check, admissible=not why_not, why_not=why_not))
     return out
 
 
@@ -201,6 +218,8 @@ def _decide(group: _Group, joint: bool, gang: GangVerdict, mode: str, note: str)
         return None
     if mode:
         return RETRY, note
+    if not group.admissible:
+        return PENDING, group.why_not
     if not group.reserved:
         if joint:
             return PENDING, f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota"

@@ -67,6 +67,25 @@ def pod_finished(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
 
 
+# Kueue's Pod webhook adds this finalizer; Kueue strips it when the group's Workload is deleted
+# (or to release a Pod that can no longer run), so a deleted Pod still holding it is a departure
+# nobody has acted on yet.
+KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
+
+# Kueue marks every Pod it stops with this condition; the reason says why
+# ("WorkloadEvictedDueTo<Evicted reason>" when the group was evicted, "WorkloadDeleted"...).
+POD_TERMINATION_TARGET = "TerminationTarget"
+STOP_REASON_EVICTED = "WorkloadEvicted"
+
+
+def pod_stopped_by_eviction(pod: dict[str, Any]) -> bool:
+    """Kueue stopped this Pod because its group was evicted (readable after the Workload is gone)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == POD_TERMINATION_TARGET and cond.get("status") == "True":
+            return str(cond.get("reason") or "").startswith(STOP_REASON_EVICTED)
+    return False
+
+
 def pod_gated(pod: dict[str, Any]) -> bool:
     """Still held by Kueue's admission gate: the Pod has never been allowed to run."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
@@ -109,6 +128,16 @@ class ObservedInstance:
     def live(self) -> bool:
         """Some Pod has not been deleted yet: whoever decides the departure has not acted on it."""
         return any(not pod_terminating(p) for p in self.pods)
+
+    @property
+    def held_by_kueue(self) -> bool:
+        """Some Pod still carries Kueue's finalizer: its group's Workload has not been deleted."""
+        return any(KUEUE_POD_FINALIZER in ((p.get("metadata") or {}).get("finalizers") or []) for p in self.pods)
+
+    @property
+    def evicted(self) -> bool:
+        """Kueue stopped this incarnation's Pods because its Workload was evicted."""
+        return any(pod_stopped_by_eviction(p) for p in self.pods)
 
     @property
     def ran(self) -> bool:

@@ -19,7 +19,8 @@ what holds the quota and Kueue's finalizer on the Pods.
 
 Events: a replica that ran and goes away gets exactly one of ReplicaEvicted, ReplicaLeaving or
 ReplicaRestarted, on the pass that decides it (while its Workload stands or a Pod of it is not yet
-deleted), named after the replica and its Pods' UIDs so that a repeated pass repeats the name.
+deleted), named after the replica and its Pods' UIDs (not after the reason) so that a repeated
+pass repeats the name whatever it reads.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class RolePlan:
     role: str
     ordinals: list[OrdinalPlan] = field(default_factory=list)
     intents: list[Intent] = field(default_factory=list)
+    # Why no new replica of this role may start now (the render's hold), None when free.
+    hold: str | None = None
 
     def pods(self) -> list[dict[str, Any]]:
         return [pod for plan in self.ordinals for pod in plan.pods]
@@ -84,13 +87,29 @@ def _kept(pod: dict[str, Any]) -> dict[str, Any]:
     return child
 
 
+# Departure events are named after the occurrence, not the reason: whichever pass names it first
+# (ReplicaEvicted, ReplicaLeaving or ReplicaRestarted), a later pass that reads the same departure
+# differently (the Workload already gone, the role scaled down meanwhile) repeats the same name,
+# and the Event is created once.
+DEPARTURE_EVENT_NAME = "replica-departure"
+
+
 def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: str, what: str) -> RecordEvent:
     replica = names.instance(ctx.name, role, ordinal)
     message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
                f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, reason, f"{role}/{ordinal}/{key}"), reason=reason,
+                       name=names.event(ctx.name, DEPARTURE_EVENT_NAME, f"{role}/{ordinal}/{key}"), reason=reason,
                        type=vocab.EVENT_TYPE_NORMAL, message=message)
+
+
+def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.ObservedInstance,
+                     workload: dict[str, Any] | None) -> RecordEvent:
+    if inst.evicted or (obs.workload_evicted(workload) and inst.ran):
+        return _event(ctx, vocab.EVENT_REPLICA_EVICTED, role, ordinal, inst.occurrence_key(),
+                      "was evicted by Kueue and is rebuilt")
+    return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
+                  "lost a Pod and is rebuilt whole")
 
 
 def _delete_workload(ctx: DeploymentContext, group: str, workload: dict[str, Any] | None, why: str) -> list[Intent]:
@@ -111,7 +130,7 @@ def plan_role(
 ) -> RolePlan:
     role = render.role
     replicas = 0 if finalizing else role.replicas
-    plan = RolePlan(role.name)
+    plan = RolePlan(role.name, hold=render.hold)
     ordinals = sorted(set(range(role.replicas)) | set(observed))
 
     def workload_of(ordinal: int) -> tuple[str, dict[str, Any] | None]:
@@ -146,9 +165,14 @@ def plan_role(
             _let_go(entry)
             # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
             plan.intents.append(DeleteWorkload(ctx.namespace, group, "deployment deleted" if finalizing else "scale-down"))
-            if inst is not None and inst.live and inst.ran and not finalizing:
-                plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_LEAVING, role.name, ordinal, inst.occurrence_key(),
-                                           "is leaving: the role was scaled down"))
+            if inst is not None and inst.ran and not finalizing:
+                if inst.live:
+                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_LEAVING, role.name, ordinal,
+                                               inst.occurrence_key(), "is leaving: the role was scaled down"))
+                elif inst.held_by_kueue:
+                    # It had departed already (evicted, a Pod deleted) and nothing acted on it yet (its
+                    # Workload still holds the Pods): say so, under the name a departure pass would use.
+                    plan.intents.append(_departure_event(ctx, role.name, ordinal, inst, workload))
             continue
 
         if not pods:
@@ -160,7 +184,9 @@ def plan_role(
                 entry.note = "waiting for the departed replica's Workload to be deleted"
                 _let_go(entry)
                 key = f"workload:{obs.workload_uid(workload)}"
-                if obs.workload_evicted_while_running(workload):
+                if obs.workload_deleting(workload):
+                    pass  # already being deleted: whoever deleted it decided this departure
+                elif obs.workload_evicted_while_running(workload):
                     plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_EVICTED, role.name, ordinal, key,
                                                "was evicted by Kueue and is rebuilt"))
                 elif obs.workload_admitted(workload):
@@ -181,17 +207,15 @@ def plan_role(
         current = inst.fingerprints() == {render.fingerprint}
         entry.up_to_date = current
         # An eviction stops a group that ran; a group evicted while still gated is only requeued.
-        evicted = obs.workload_evicted(workload) and inst.ran
+        evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
         missing = len(inst.members()) < role.size
         departed = (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
                     or (missing and entry.admitted))
         if departed:
             entry.action = Action.REBUILD
             _let_go(entry)
-            if inst.ran and (workload is not None or inst.live):
-                reason = vocab.EVENT_REPLICA_EVICTED if evicted else vocab.EVENT_REPLICA_RESTARTED
-                what = "was evicted by Kueue and is rebuilt" if evicted else "lost a Pod and is rebuilt whole"
-                plan.intents.append(_event(ctx, reason, role.name, ordinal, inst.occurrence_key(), what))
+            if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
+                plan.intents.append(_departure_event(ctx, role.name, ordinal, inst, workload))
             plan.intents += _delete_workload(ctx, group, workload, "departed replica")
             continue
 

@@ -549,6 +549,20 @@ class Sim:
             self.all_incarnations.append(inc)
         inc.pod_uids.add(m["uid"])
 
+    def _set_pod_status(self, pod: dict[str, Any], phase: str, ready: bool) -> None:
+        """The kubelet's view of a Pod; other writers' conditions (Kueue's) are kept."""
+        others = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "Ready"]
+        pod["status"] = {**(pod.get("status") or {}), "phase": phase,
+                         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}, *others]}
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+
+    def _mark_stopped(self, pod: dict[str, Any], reason: str) -> None:
+        """Kueue's Stop: the TerminationTarget condition, then the delete."""
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "TerminationTarget"]
+        conditions.append({"type": "TerminationTarget", "status": "True", "reason": reason})
+        pod.setdefault("status", {})["conditions"] = conditions
+        self._delete_pod(pod["metadata"]["name"])
+
     def _delete_pod(self, name: str) -> None:
         pod = self.pods.get(name)
         if pod is None or deleting(pod):
@@ -585,7 +599,7 @@ class Sim:
     def fail_pod(self, name: str) -> None:
         """The kubelet evicts the Pod (node pressure): phase Failed, object left in place."""
         pod = self.pods[name]
-        pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}], "reason": "Evicted"}
+        self._set_pod_status(pod, "Failed", False)
         self.note(f"Pod {name} Failed (kubelet eviction)")
 
     # --- executor ------------------------------------------------------------------------------
@@ -617,7 +631,10 @@ class Sim:
         self.event_log.append(intent)
         existing = self.events.get(intent.name)
         if existing is not None:
-            if existing["reason"] != intent.reason:
+            # AlreadyExists: the executor's create is a no-op. Only a departure may be read under two
+            # reasons by two passes (its name is the occurrence's); anything else is a naming bug.
+            if existing["reason"] != intent.reason and not (
+                    existing["reason"] in DEPARTURE_EVENTS and intent.reason in DEPARTURE_EVENTS):
                 self.fail(f"event {intent.name}: one name for two reasons ({existing['reason']}, {intent.reason})")
             existing["attempts"] += 1
             return
@@ -655,7 +672,8 @@ class Sim:
         # Kueue: the job is stopped (its Pods deleted) and its Pods' finalizers stripped.
         for pod in list(self.pods.values()):
             if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name:
-                self._delete_pod(pod["metadata"]["name"])
+                if not deleting(pod):
+                    self._mark_stopped(pod, "WorkloadDeleted")
                 if pod["metadata"]["name"] in self.pods:
                     self._release_finalizer(pod)
 
@@ -838,8 +856,8 @@ class Sim:
         # Stop: ungated Pods are deleted; gated ones are left for the next admission.
         for pod in list(self.pods.values()):
             if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name and not gated(pod) \
-                    and pod_phase(pod) not in ("Failed", "Succeeded"):
-                self._delete_pod(pod["metadata"]["name"])
+                    and pod_phase(pod) not in ("Failed", "Succeeded") and not deleting(pod):
+                self._mark_stopped(pod, f"WorkloadEvictedDueTo{reason}")
 
     def preempt(self, name: str) -> None:
         self.evict(name, "Preempted")
@@ -865,7 +883,7 @@ class Sim:
                     self._maybe_remove(name)
                 elif node_ready or node not in self.nodes:
                     if pod_phase(pod) not in ("Failed", "Succeeded"):
-                        pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+                        self._set_pod_status(pod, "Failed", False)
                     self._maybe_remove(name)
                 continue
             if gated(pod) or pod_phase(pod) in ("Failed", "Succeeded"):
@@ -879,10 +897,8 @@ class Sim:
                 load = {n: sum(1 for p in self.pods.values() if p["spec"].get("nodeName") == n) for n in candidates}
                 pod["spec"]["nodeName"] = min(candidates, key=lambda n: (load[n], n))
                 node_ready = True
-            ready = "True" if node_ready else "False"
-            if pod_phase(pod) != "Running" or (pod.get("status") or {}).get("conditions", [{}])[0].get("status") != ready:
-                pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]}
-                pod["metadata"]["resourceVersion"] = self._next_rv()
+            if pod_phase(pod) != "Running" or cond_true(pod, "Ready") != node_ready:
+                self._set_pod_status(pod, "Running", node_ready)
 
     def node_of(self, pod_name: str) -> str | None:
         return self.pods[pod_name]["spec"].get("nodeName")
@@ -894,7 +910,7 @@ class Sim:
             # The node lifecycle controller marks its Pods not Ready; they stay Running.
             for pod in self.pods.values():
                 if pod["spec"].get("nodeName") == node and pod_phase(pod) == "Running":
-                    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+                    self._set_pod_status(pod, "Running", False)
 
     def delete_node(self, node: str) -> None:
         """The Node object goes (a replaced machine): the pod GC force-deletes its Pods."""
@@ -903,7 +919,7 @@ class Sim:
         for name in sorted(self.pods):
             pod = self.pods.get(name)
             if pod is not None and pod["spec"].get("nodeName") == node:
-                pod["status"] = {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}]}
+                self._set_pod_status(pod, "Failed", False)
                 self._delete_pod(name)
                 self._maybe_remove(name)
 
