@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.hooks import CustomizeRequest, HookRequest, sync_response
+from app.api.hooks import CustomizeRequest, HookRequest, read_sync_request, sync_response
 from app.control.intents import Intent
 from app.control.sync import SyncFailed, SyncSettings, customize, reconcile
 from app.kube.executor import utc_now
@@ -45,6 +45,10 @@ def _parse_body(raw: bytes, model: type) -> Any:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _BadRequest(f"request body is not JSON: {exc}") from exc
+    return _validate(body, model)
+
+
+def _validate(body: Any, model: type) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -83,7 +87,9 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, li
 
     Only the bytes and the intents outlive this call, so the request is freed on return.
     """
-    hook_request: HookRequest = _parse_body(raw, HookRequest)
+    decoded = read_sync_request(raw)
+    hook_request: HookRequest = _parse_body(raw, HookRequest) if decoded is None else _validate(decoded, HookRequest)
+    del decoded
     if hook == "finalize":
         hook_request.finalizing = True
     result = reconcile(hook_request, settings, now=utc_now())
