@@ -114,11 +114,18 @@ def markdown(results: dict[str, Any]) -> str:
             "| endpoint | requests/s | p50 ms | p99 ms | requests |",
             "| --- | ---: | ---: | ---: | ---: |",
         ]
-        for name in ("trivial", "sync"):
+        labels = {"trivial": "trivial (reads the body, answers as many bytes)",
+                  "floor": "JSON floor as an endpoint (orjson-parses the body, orjson-serializes the answer)",
+                  "sync": "`POST /hooks/sync`"}
+        for name in ("trivial", "floor", "sync"):
+            if name not in tp:
+                continue
             r = tp[name]
-            label = "trivial (reads the body, answers as many bytes)" if name == "trivial" else "`POST /hooks/sync`"
-            lines.append(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['requests']} |")
+            lines.append(f"| {labels[name]} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['requests']} |")
         lines += ["", f"Sync / trivial: **{tp['ratio']:.2f}**."]
+        if "floor_ratio" in tp:
+            lines += [f"JSON floor / trivial: {tp['floor_ratio']:.2f} — the most any sync that parses its request "
+                      f"could reach on this machine; sync / JSON floor: {tp['sync']['rps'] / tp['floor']['rps']:.2f}."]
     files = results.get("webhooks_files")
     if files:
         lines += ["", "## Webhook latency, world from files", "",
@@ -202,9 +209,11 @@ def plot(results: dict[str, Any], out: Path) -> bool:
     ax = axes[1]
     tp = results.get("throughput")
     if tp:
-        names = ["trivial", "sync"]
+        names = [n for n in ("trivial", "floor", "sync") if n in tp]
         values = [tp[n]["rps"] for n in names]
-        bars = ax.bar(["trivial\nsame size", "/hooks/sync"], values, color=["#999999", "#1f77b4"])
+        labels = {"trivial": "trivial\nsame size", "floor": "JSON floor\nendpoint", "sync": "/hooks/sync"}
+        colors = {"trivial": "#999999", "floor": "#ff7f0e", "sync": "#1f77b4"}
+        bars = ax.bar([labels[n] for n in names], values, color=[colors[n] for n in names])
         for bar, value in zip(bars, values):
             ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom")
         ax.axhline(tp["trivial"]["rps"] * 0.5, ls=":", color="grey", label="half of trivial (goal)")

@@ -6,8 +6,9 @@ Serves app.main.create_app() exactly as `modeldeployment serve` does (uvicorn, l
 same log level; logs go to this process's stderr, which the harness sends to a file), with no
 API server unless `--kube auto` (then $KUBECONFIG's: the webhook benchmark's live world reads);
 without one, side effects are logged and skipped. The benchmark's app instance also gets `POST /bench/trivial`, which reads the request body
-and answers N bytes of prebuilt JSON: the same HTTP work as a sync, and no sync. It is mounted
-here only, never in app/main.py.
+and answers N bytes of prebuilt JSON: the same HTTP work as a sync, and no sync; and, with
+`--floor-response FILE`, `POST /bench/floor`: the JSON floor as an endpoint (orjson-parse the
+request, orjson-serialize that answer). Both are mounted here only, never in app/main.py.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ def shim_kube_timeout() -> None:
     kube_client.Kube.__init__ = __init__  # type: ignore[method-assign]
 
 
-def build(trivial_bytes: int, world_dir: str | None, kube: str = "off") -> object:
+def build(trivial_bytes: int, world_dir: str | None, kube: str = "off", floor_response: str | None = None) -> object:
+    import gc
+
+    import orjson
+
     from app.main import create_app
     from app.settings import Settings
 
@@ -54,6 +59,23 @@ def build(trivial_bytes: int, world_dir: str | None, kube: str = "off") -> objec
         await request.body()
         return Response(body, media_type="application/json")
 
+    if floor_response:
+        # The JSON floor as an endpoint: parse the request, serialize a sync's answer, nothing else
+        # (collector paused as in the sync hook). No sync that reads its request can be faster.
+        answer = orjson.loads(open(floor_response, "rb").read())
+
+        @app.post("/bench/floor")
+        async def floor(request: Request) -> Response:
+            raw = await request.body()
+            gc.disable()
+            try:
+                parsed = orjson.loads(raw)
+                out = orjson.dumps(answer)
+                del parsed
+            finally:
+                gc.enable()
+            return Response(out, media_type="application/json")
+
     return app
 
 
@@ -64,10 +86,11 @@ def main() -> None:
     parser.add_argument("--world", default=None)
     parser.add_argument("--kube", default="off", choices=("off", "auto"))
     parser.add_argument("--shim-kube-timeout", action="store_true")
+    parser.add_argument("--floor-response", default=None, help="a sync answer (JSON file): serves /bench/floor")
     args = parser.parse_args()
     if args.shim_kube_timeout:
         shim_kube_timeout()
-    app = build(args.trivial_bytes, args.world, args.kube)
+    app = build(args.trivial_bytes, args.world, args.kube, args.floor_response)
     # The same server settings as `modeldeployment serve` (app/cli.py).
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="info", lifespan="on")
 

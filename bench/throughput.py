@@ -4,8 +4,9 @@ One server process (bench.server: the production app under uvicorn as `modeldepl
 runs it, plus `POST /bench/trivial`), one load-generator process (this one, bench.load). Both
 endpoints get the same request bytes (a typical deployment: 2 roles x 4 replicas x size 2, every
 replica Ready), over the same number of keep-alive connections; the trivial endpoint reads the
-body and answers prebuilt bytes of the sync answer's length. The rounds alternate
-trivial/sync; each endpoint's best round is reported (the one least disturbed by whatever else
+body and answers prebuilt bytes of the sync answer's length; the floor endpoint does the JSON
+floor and nothing else (orjson-parses the request, orjson-serializes the sync's answer): the
+bound for any sync that reads its request. The rounds alternate trivial/floor/sync; each endpoint's best round is reported (the one least disturbed by whatever else
 the machine runs), with its latency percentiles.
 """
 
@@ -44,11 +45,14 @@ def run(log: Callable[[str], None], work: Path, scale: float = 1.0) -> dict[str,
     status, answer = asyncio.run(asgi.call(asgi.server_app(), "/hooks/sync", body))
     if status != 200:
         raise RuntimeError(f"typical sync answered {status}")
-    rounds: dict[str, list[dict[str, Any]]] = {"trivial": [], "sync": []}
-    paths = {"trivial": "/bench/trivial", "sync": "/hooks/sync"}
-    with load.server(len(answer), work / "throughput-server.log") as port:
+    rounds: dict[str, list[dict[str, Any]]] = {"trivial": [], "floor": [], "sync": []}
+    paths = {"trivial": "/bench/trivial", "floor": "/bench/floor", "sync": "/hooks/sync"}
+    answer_file = work / "typical-answer.json"
+    answer_file.write_bytes(answer)
+    with load.server(len(answer), work / "throughput-server.log",
+                     extra_args=("--floor-response", str(answer_file))) as port:
         for _ in range(ROUNDS):
-            for name in ("trivial", "sync"):
+            for name in ("trivial", "floor", "sync"):
                 raw = load.http_request(paths[name], body)
                 result = asyncio.run(load.drive(port, raw, connections=CONNECTIONS,
                                                 requests=int(MAX_REQUESTS * scale), seconds=MAX_SECONDS * scale,
@@ -60,5 +64,6 @@ def run(log: Callable[[str], None], work: Path, scale: float = 1.0) -> dict[str,
                     f"p99 {rounds[name][-1]['p99_ms']:.2f} ms  ({result.requests} requests)")
     best = {name: max(rs, key=lambda r: r["rps"]) for name, rs in rounds.items()}
     return {"deployment": TYPICAL, "request_bytes": len(body), "response_bytes": len(answer),
-            "connections": CONNECTIONS, "rounds": rounds, "trivial": best["trivial"], "sync": best["sync"],
-            "ratio": best["sync"]["rps"] / best["trivial"]["rps"]}
+            "connections": CONNECTIONS, "rounds": rounds, "trivial": best["trivial"], "floor": best["floor"],
+            "sync": best["sync"], "ratio": best["sync"]["rps"] / best["trivial"]["rps"],
+            "floor_ratio": best["floor"]["rps"] / best["trivial"]["rps"]}
