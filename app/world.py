@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -121,8 +123,20 @@ class DirectoryWorld:
         self._world = World()
 
     def _current_signature(self) -> tuple[Any, ...]:
-        files = sorted(self.path.rglob("*.y*ml")) if self.path.is_dir() else [self.path]
-        return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.exists())
+        """(path, mtime, size) of every YAML file: one stat per file (each admission review asks)."""
+        if not self.path.is_dir():
+            files = [str(self.path)]
+        else:
+            files = sorted(os.path.join(root, name) for root, _dirs, names in os.walk(self.path)
+                           for name in names if fnmatch.fnmatchcase(name, "*.y*ml"))
+        out = []
+        for file in files:
+            try:
+                st = os.stat(file)
+            except OSError:
+                continue  # gone since the listing: as before, a missing file does not count
+            out.append((file, st.st_mtime_ns, st.st_size))
+        return tuple(out)
 
     def snapshot(self) -> World:
         signature = self._current_signature()
