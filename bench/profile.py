@@ -11,7 +11,9 @@ from bench import asgi, fixtures
 
 
 def run(pods: int, out: Path, log: Callable[[str], None], repeats: int = 3) -> dict[str, Any]:
-    body = fixtures.request_bytes(pods)
+    from bench.sync_cost import SHAPE
+
+    body = fixtures.request_bytes(pods, **SHAPE)
     app = asgi.server_app()
     loop = asyncio.new_event_loop()
     try:

@@ -82,7 +82,9 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "Server-side time of one idle resync (every replica Ready and admitted, nothing to change) of the",
             "`pd-pair` deployment (Prefill + Decode roles, KV cache pool, llm-d router) with the Pods split",
-            "over the two roles, against the JSON floor: `orjson.loads(request)` + `orjson.dumps(response)`,",
+            f"over its {sync.get('shape', {}).get('roles', 2)} roles in replicas of "
+            f"{sync.get('shape', {}).get('size', 1)} Pods, against the JSON floor: "
+            "`orjson.loads(request)` + `orjson.dumps(response)`,",
             "measured interleaved with it. Ratio: median over the interleaved pairs of sync / floor.",
             "",
             "| Pods | request | response | children | sync (median ms) | JSON floor (median ms) | ratio | "

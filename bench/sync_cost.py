@@ -32,6 +32,10 @@ from app.control.sync import SyncSettings, reconcile
 from bench import asgi, fixtures
 
 SIZES = (10, 100, 1000, 5000)
+# One shape at every size: the two roles of pd-pair, replicas of 5 Pods (multi-node instances
+# behind a headless Service each). A role declares at most 1,024 replicas, so 5,000 Pods in two
+# roles need multi-Pod replicas; 5 is the smallest size that also divides 10 Pods.
+SHAPE = {"roles": 2, "size": 5}
 # Pairs per size: enough for a stable median, bounded for a 2-core machine.
 REPEATS = {10: 40, 100: 20, 1000: 7, 5000: 3}
 
@@ -95,7 +99,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def measure_size(app: Any, pods: int, repeats: int, log: Callable[[str], None]) -> SizeResult:
-    body = fixtures.request_bytes(pods)
+    body = fixtures.request_bytes(pods, **SHAPE)
     loop = asyncio.new_event_loop()
     try:
         status, answer = loop.run_until_complete(asgi.call(app, "/hooks/sync", body))
@@ -138,7 +142,7 @@ def run(sizes: tuple[int, ...], log: Callable[[str], None], repeats_scale: float
     for pods in sizes:
         repeats = max(2, int(REPEATS.get(pods, 5) * repeats_scale))
         results.append(measure_size(app, pods, repeats, log))
-    out: dict[str, Any] = {"sizes": [r.as_dict() for r in results]}
+    out: dict[str, Any] = {"shape": SHAPE, "sizes": [r.as_dict() for r in results]}
     if len(results) >= 2:
         out["growth_exponent"] = growth_exponent([(r.pods, r.sync) for r in results])
         out["floor_growth_exponent"] = growth_exponent([(r.pods, r.floor) for r in results])
