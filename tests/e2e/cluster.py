@@ -20,6 +20,7 @@ Typical use::
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import ctypes
@@ -607,6 +608,9 @@ class ControlPlane:
             return self
         self._started = True
         self._check_binaries()
+        # Last resort if the caller never calls stop(): no process is left
+        # behind (children also get PDEATHSIG), and the logs are kept.
+        atexit.register(self.stop, keep_work_dir=True)
         t0 = time.monotonic()
         steps: list[tuple[str, Callable[[], None]]] = [
             ("pki", self._make_pki),
@@ -645,6 +649,7 @@ class ControlPlane:
         if self._stopped:
             return
         self._stopped = True
+        atexit.unregister(self.stop)
         # Reverse start order: clients first, etcd last.
         for name in reversed(list(self.components)):
             self.components[name].stop()
