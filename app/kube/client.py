@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
@@ -60,7 +60,8 @@ class Kube:
     """A thin async facade over lightkube for exactly the calls the operator makes."""
 
     def __init__(self, config: KubeConfig, *, timeout: float) -> None:
-        self.client = AsyncClient(config, timeout=httpx.Timeout(timeout), field_manager=vocab.EVENT_SOURCE_COMPONENT)
+        # lightkube 1.x speaks httpx2 (pydantic's httpx line): its Timeout and errors, not httpx's.
+        self.client = AsyncClient(config, timeout=httpx2.Timeout(timeout), field_manager=vocab.EVENT_SOURCE_COMPONENT)
         self.timeout = timeout
 
     async def close(self) -> None:
@@ -95,7 +96,7 @@ class Kube:
                         for backend in ((pool or {}).get("spec") or {}).get("backends") or []:
                             if isinstance(backend, dict) and backend.get("name"):
                                 objects.append(await self._get(KVCacheBackendRes, backend["name"]))
-        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+        except (httpx2.HTTPError, OSError, TimeoutError) as exc:
             raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
         return World.of(o for o in objects if o)
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 import cluster as e2e_cluster
+from mc_driver import COMPOSITE_CONTROLLER_CRD, CompositeDriver
 
 REPO = e2e_cluster.REPO_ROOT
 NAMESPACE = "team-a"
@@ -32,6 +33,12 @@ class Operator:
     cp: e2e_cluster.ControlPlane
     webhook_port: int
     hooks_port: int
+    driver: CompositeDriver | None = None
+
+    def stop(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()
+        self.cp.stop_process("operator")
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60.0):
         return self.cp.kubectl(*args, check=check, input=input, timeout=timeout)
@@ -127,8 +134,16 @@ def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
     op.kubectl("apply", "-f", str(REPO / "manifests" / "crds"))
     op.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     apply_world(op)
+    if not cp.metacontroller_running:
+        # The real Metacontroller could not be built here: the test driver plays its contract.
+        cp.apply(COMPOSITE_CONTROLLER_CRD)
+        op.kubectl("wait", "--for=condition=Established", "crd/compositecontrollers.metacontroller.k8s.io",
+                   "--timeout=60s")
     op.kubectl("apply", "-f", "-", input=_overlay(cp.work_dir, cp, webhook_port, hooks_port))
     op.kubectl("apply", "-k", str(REPO / "manifests" / "kueue"))
+    if not cp.metacontroller_running:
+        op.driver = CompositeDriver(cp.http_client(), "modeldeployment", log_file=cp.logs_dir / "mc-driver.log")
+        op.driver.start()
     return op
 
 

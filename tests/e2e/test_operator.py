@@ -23,11 +23,9 @@ EXAMPLES = REPO / "examples" / "deployments"
 
 @pytest.fixture(scope="module")
 def op(control_plane: e2e_cluster.ControlPlane) -> Iterator[Operator]:
-    if not control_plane.metacontroller_running:
-        pytest.fail("Metacontroller is not running: tests/e2e/components/build.sh must build it", pytrace=False)
     operator = start_operator(control_plane)
     yield operator
-    control_plane.stop_process("operator")
+    operator.stop()
 
 
 def example(name: str) -> dict[str, Any]:
@@ -86,8 +84,16 @@ def test_every_example_is_accepted_and_listed(op: Operator):
     for path in sorted(EXAMPLES.glob("*.yaml")):
         result = op.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
         assert result.returncode == 0, (path.name, result.stderr)
-    listed = op.kubectl("get", "md", "-n", NAMESPACE).stdout
-    assert "ENGINE" in listed and "ROLES" in listed and "PHASE" in listed and "ENDPOINT" in listed
+    apply(op, small("listed", replicas=1))
+    try:
+        op.wait("status written", lambda: op.md("listed").get("status", {}).get("phase"), 60)
+        listed = op.kubectl("get", "md", "-n", NAMESPACE).stdout
+        header, row = listed.splitlines()[:2]
+        assert header.split() == ["NAME", "ENGINE", "ROLES", "PHASE", "ENDPOINT", "AGE"]
+        assert row.split()[:3] == ["listed", "vLLM", op.md("listed")["status"]["roleSummary"]]
+        assert "http://listed-server.team-a.svc:8000" in row
+    finally:
+        delete(op, "listed")
 
 
 def test_mutating_webhook_defaults_the_accelerator(op: Operator):
