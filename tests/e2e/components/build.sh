@@ -39,7 +39,7 @@ export GOFLAGS="-buildvcs=false"
 export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
 P="${BUILD_PARALLELISM:-$(( $(nproc) < 2 ? $(nproc) : 2 ))}"
 
-command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
+need_go() { command -v go >/dev/null || { echo "build.sh: go is not installed (needed to build $1)" >&2; exit 1; }; }
 
 START_ALL=$(date +%s)
 TIMES_FILE="$COMP/build-times.txt"
@@ -91,6 +91,7 @@ build_in_wrapper() {
   if cached "$dir" "$name"; then
     link_bin "$dir" "$name"; record "$name" "$version" 0 cached; return 0
   fi
+  need_go "$name"
   log "building $name $version ($pkg)"
   local t0; t0=$(date +%s)
   rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
@@ -105,6 +106,7 @@ build_in_wrapper() {
 go_install() {
   local name="$1" module="$2" version="$3" pkg="$4" ldflags="$5"
   local dir="$COMP/$name-$version"
+  need_go "$name"
   log "building $name $version ($pkg@$version)"
   rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
   GOBIN="$dir.tmp" go install -trimpath -p "$P" -ldflags "$ldflags" "$pkg@$version"
@@ -184,6 +186,7 @@ if want metacontroller; then
     record metacontroller "$METACONTROLLER_VERSION" 0 "unavailable (see $dir.unavailable)"
   else
     t0=$(date +%s)
+    need_go metacontroller
     w="$CACHE/src/metacontroller-wrapper"
     rm -rf "$w"; mkdir -p "$w"
     cat >"$w/go.mod" <<EOF
