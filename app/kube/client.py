@@ -125,9 +125,14 @@ class Kube:
         await self.client.patch(WorkloadRes.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
                                 field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
 
-    async def apply_admission_check(self, spec_body: dict[str, Any], status_body: dict[str, Any]) -> None:
+    async def admission_check(self) -> dict[str, Any] | None:
+        return await self._get(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME)
+
+    async def apply_admission_check(self, spec_body: dict[str, Any], status_body: dict[str, Any] | None) -> None:
         """Keeps our AdmissionCheck present and Active (or the ClusterQueues using it go inactive)."""
         await self.client.patch(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME, spec_body, patch_type=PatchType.APPLY,
                                 field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
-        await self.client.patch(AdmissionCheckRes.Status, vocab.ADMISSION_CHECK_NAME, status_body,
-                                patch_type=PatchType.APPLY, field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
+        if status_body is not None:
+            await self.client.patch(AdmissionCheckRes.Status, vocab.ADMISSION_CHECK_NAME, status_body,
+                                    patch_type=PatchType.APPLY, field_manager=vocab.ADMISSION_CHECK_CONTROLLER,
+                                    force=True)

@@ -97,7 +97,12 @@ class Executor:
                     log.info("admission check on %s/%s not written: %s", intent.namespace, intent.workload, exc)
 
     async def keep_admission_check_active(self) -> None:
+        """Asserts the AdmissionCheck exists and is Active; the status is written only when it is not,
+        so lastTransitionTime moves only on a transition."""
         if self.kube is None:
             return
         spec, status = admission_check_bodies(utc_now())
-        await self.kube.apply_admission_check(spec, status)
+        current = await self.kube.admission_check()
+        conditions = ((current or {}).get("status") or {}).get("conditions") or []
+        active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+        await self.kube.apply_admission_check(spec, None if active else status)
