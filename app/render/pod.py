@@ -307,40 +307,50 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
 
 
 def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> list[dict[str, Any]]:
-    """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index."""
+    """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index.
+
+    Called for every replica on every sync: what is the same for all members is computed once,
+    and each Pod still gets its own metadata, labels, annotations, spec, container and env.
+    """
     role = render.role
-    group = names.pod_group(ctx.namespace, ctx.name, role.name, ordinal)
+    deployment, namespace, size = ctx.name, ctx.namespace, role.size
+    group = names.pod_group(namespace, deployment, role.name, ordinal)
     template = render.template
-    base_container = template["spec"]["containers"][0]
+    template_spec = template["spec"]
+    base_container = template_spec["containers"][0]
+    sidecars = template_spec["containers"][1:]
+    # Label order as always: the template's, then ordinal, member index, pod group.
+    base_labels = {**template["metadata"]["labels"], vocab.LABEL_POD_ORDINAL: str(ordinal),
+                   vocab.LABEL_MEMBER_INDEX: "", vocab.LABEL_KUEUE_POD_GROUP_NAME: group}
+    base_annotations = {**template["metadata"]["annotations"], vocab.ANNOTATION_FINGERPRINT: render.fingerprint}
+    if size > 1:
+        subdomain = names.instance(deployment, role.name, ordinal)
+        leader_address = names.leader_address(deployment, role.name, ordinal)
+        base_env = base_container.get("env", [])
     pods = []
-    for member in range(role.size):
-        meta_labels = {
-            **template["metadata"]["labels"],
-            vocab.LABEL_POD_ORDINAL: str(ordinal),
-            vocab.LABEL_MEMBER_INDEX: str(member),
-            vocab.LABEL_KUEUE_POD_GROUP_NAME: group,
-        }
-        annotations = {**template["metadata"]["annotations"], vocab.ANNOTATION_FINGERPRINT: render.fingerprint}
+    for member in range(size):
+        meta_labels = dict(base_labels)
+        meta_labels[vocab.LABEL_MEMBER_INDEX] = str(member)
         container = dict(base_container)
-        spec = dict(template["spec"])
-        if role.size > 1:
-            name = names.member_pod(ctx.name, role.name, ordinal, member)
+        spec = dict(template_spec)
+        if size > 1:
+            name = names.member_pod(deployment, role.name, ordinal, member)
             spec["hostname"] = name
-            spec["subdomain"] = names.instance(ctx.name, role.name, ordinal)
-            leader = {"name": vocab.ENV_LEADER_ADDRESS, "value": names.leader_address(ctx.name, role.name, ordinal)}
-            container["env"] = [leader, *base_container.get("env", [])]
+            spec["subdomain"] = subdomain
+            container["env"] = [{"name": vocab.ENV_LEADER_ADDRESS, "value": leader_address}, *base_env]
             if member > 0:
                 # Only the leader serves the OpenAI API; workers have no HTTP listener to probe.
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                     container.pop(probe, None)
                 spec.pop("initContainers", None)  # the routing proxy fronts the leader only
         else:
-            name = names.single_pod(ctx.name, role.name, ordinal, render.fingerprint)
-        spec["containers"] = [container, *template["spec"]["containers"][1:]]
+            name = names.single_pod(deployment, role.name, ordinal, render.fingerprint)
+        spec["containers"] = [container, *sidecars]
         pods.append({
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": ctx.namespace, "labels": meta_labels, "annotations": annotations},
+            "metadata": {"name": name, "namespace": namespace, "labels": meta_labels,
+                         "annotations": dict(base_annotations)},
             "spec": spec,
         })
     return pods
