@@ -45,6 +45,23 @@ def workload_evicted_while_running(workload: dict[str, Any] | None) -> bool:
             and condition_reason(workload, "Evicted") != EVICTED_BY_ADMISSION_CHECK)
 
 
+# Kueue resets every check to Pending when it evicts, saying what it was (pkg/workload/evict).
+RESET_AFTER_EVICTION = "Reset to Pending after eviction. Previously: Ready"
+
+
+def workload_ran(workload: dict[str, Any] | None) -> bool:
+    """Admitted now, or evicted after our check had let it run: Kueue admits a reserved Workload
+    exactly when every check is Ready, and records the check it reset on eviction."""
+    if workload is None:
+        return False
+    if workload_admitted(workload):
+        return True
+    for entry in (workload.get("status") or {}).get("admissionChecks") or []:
+        if isinstance(entry, dict) and entry.get("name") == vocab.ADMISSION_CHECK_NAME:
+            return workload_evicted(workload) and str(entry.get("message") or "").startswith(RESET_AFTER_EVICTION)
+    return False
+
+
 def workload_deleting(workload: dict[str, Any] | None) -> bool:
     """Deleted and held by Kueue's finalizer: it holds nothing for long and is never admitted again."""
     return workload is not None and bool((workload.get("metadata") or {}).get("deletionTimestamp"))

@@ -121,6 +121,15 @@ def _let_go(entry: OrdinalPlan) -> None:
     entry.admitted = entry.reserved = False
 
 
+def _previous_desired(ctx: DeploymentContext, role: str) -> int:
+    """The replicas the last written status declared for the role (0 when unknown)."""
+    for entry in (ctx.md.status or {}).get("roles") or []:
+        if isinstance(entry, dict) and entry.get("name") == role:
+            desired = entry.get("desired")
+            return desired if isinstance(desired, int) and desired > 0 else 0
+    return 0
+
+
 def plan_role(
     ctx: DeploymentContext,
     render: RoleRender,
@@ -131,7 +140,10 @@ def plan_role(
     role = render.role
     replicas = 0 if finalizing else role.replicas
     plan = RolePlan(role.name, hold=render.hold)
-    ordinals = sorted(set(range(role.replicas)) | set(observed))
+    # Ordinals the last status declared are looked at too: after a scale-down, customize no longer
+    # lists their Workloads, and one may stand without Pods (its Pods removed by force).
+    previous = _previous_desired(ctx, role.name)
+    ordinals = sorted(set(range(max(role.replicas, previous))) | set(observed))
 
     def workload_of(ordinal: int) -> tuple[str, dict[str, Any] | None]:
         group = names.pod_group(ctx.namespace, ctx.name, role.name, ordinal)
@@ -159,7 +171,11 @@ def plan_role(
 
         if ordinal >= replicas:
             if not pods and workload is None:
-                plan.ordinals.pop()  # nothing of this ordinal exists
+                plan.ordinals.pop()  # nothing of this ordinal reads on the API server
+                if ordinal >= role.replicas and ordinal < previous:
+                    # The first pass after a scale-down: its Workload may stand unseen. Deleted by
+                    # name, once (the status this pass writes no longer declares the ordinal).
+                    plan.intents.append(DeleteWorkload(ctx.namespace, group, "scale-down"))
                 continue
             entry.action = Action.SHED
             _let_go(entry)
@@ -184,12 +200,12 @@ def plan_role(
                 entry.note = "waiting for the departed replica's Workload to be deleted"
                 _let_go(entry)
                 key = f"workload:{obs.workload_uid(workload)}"
-                if obs.workload_deleting(workload):
-                    pass  # already being deleted: whoever deleted it decided this departure
+                if obs.workload_deleting(workload) or not obs.workload_ran(workload):
+                    pass  # already being deleted (whoever deleted it decided), or it never served
                 elif obs.workload_evicted_while_running(workload):
                     plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_EVICTED, role.name, ordinal, key,
                                                "was evicted by Kueue and is rebuilt"))
-                elif obs.workload_admitted(workload):
+                else:
                     plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, key,
                                                "lost its Pods and is rebuilt"))
                 plan.intents += _delete_workload(ctx, group, workload, "departed replica")

@@ -45,10 +45,11 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
         # Tight pools: pd needs 2 cards per group (4 groups at 2 replicas), wide 4 per instance.
         self.sim = Sim(capacity={H20: 10, A10G: 12}, release_after=300, nodes_per_queue=3)
         self.revision = 0
-        self.removed_nodes: list[str] = []
 
-    @initialize(running=st.booleans())
-    def create(self, running: bool) -> None:
+    @initialize(running=st.booleans(), lag=st.booleans())
+    def create(self, running: bool, lag: bool) -> None:
+        # Half the runs keep a deleted Workload Terminating until Kueue's next round.
+        self.sim.workload_finalizer_lag = lag
         self.sim.apply(pd_pair())
         self.sim.apply(wide_chat())
         if running:
@@ -65,7 +66,10 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
     def scale(self, dep: str, role: int, replicas: int) -> None:
         if not self._exists(dep):
             return
+        before = self.sim.render_facts(dep)
         self.sim.set_replicas(dep, ROLES[dep][role % len(ROLES[dep])], replicas)
+        # What a replica renders never depends on how many there are: survivors are untouched.
+        assert self.sim.render_facts(dep) == before
 
     @rule(dep=st.sampled_from(sorted(ROLES)), role=st.integers(0, 1),
           field=st.sampled_from(["image", "extraArgs", "env"]))
@@ -101,6 +105,11 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
     @rule(dep=st.sampled_from(sorted(ROLES)))
     def sync(self, dep: str) -> None:
         self.sim.sync(dep)
+
+    @rule(dep=st.sampled_from(sorted(ROLES)))
+    def sync_answer_lost(self, dep: str) -> None:
+        """The hook acted (Workload deletes, events, checks) but Metacontroller timed out."""
+        self.sim.sync(dep, answer_lost=True)
 
     @rule()
     def sync_all(self) -> None:
@@ -144,6 +153,12 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
         pods = sorted(n for n, p in self.sim.pods.items() if not deleting(p))
         if pods:
             self.sim.kubectl_delete_pod(data.draw(st.sampled_from(pods), label="pod"))
+
+    @rule(data=st.data())
+    def force_remove_pod(self, data: st.DataObject) -> None:
+        pods = sorted(self.sim.pods)
+        if pods:
+            self.sim.force_remove_pod(data.draw(st.sampled_from(pods), label="pod"))
 
     @rule(data=st.data())
     def fail_pod(self, data: st.DataObject) -> None:
@@ -232,6 +247,7 @@ ModelDeploymentMachine.TestCase.settings = settings(
     max_examples=int(os.environ.get("MODELDEPLOYMENT_SIM_EXAMPLES", "50")),
     stateful_step_count=int(os.environ.get("MODELDEPLOYMENT_SIM_STEPS", "30")),
     deadline=None,
+    report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestModelDeployment = ModelDeploymentMachine.TestCase

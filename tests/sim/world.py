@@ -168,6 +168,9 @@ class Incarnation:
     events: list[str] = field(default_factory=list)  # departure events recorded for it
     gone: bool = False
     gone_while_finalizing: bool = False
+    # A Pod of it was force-removed (finalizers stripped by hand): the departure may leave no
+    # trace the planner can read, so its event is best-effort (at most one, never required).
+    forced: bool = False
 
 
 @dataclass
@@ -193,12 +196,14 @@ class Sim:
         nodes_per_queue: int = 4,
         check_determinism: bool = True,
         namespace: str = "team-a",
+        workload_finalizer_lag: bool = False,
     ) -> None:
         self.t = 0.0
         self.namespace = namespace
         self.objects: list[dict[str, Any]] = copy.deepcopy(list(objects if objects is not None else world_objects()))
         self.settings = SyncSettings(gang_release_after_seconds=release_after)
         self.check_determinism = check_determinism
+        self.workload_finalizer_lag = workload_finalizer_lag
         self.parents: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.other_children: dict[tuple[str, str], dict[str, Any]] = {}  # (child key, name) -> object
@@ -398,8 +403,12 @@ class Sim:
             out[role.name] = (render.fingerprint, render.hold)
         return out
 
-    def sync(self, name: str) -> PassRecord | None:
-        """One Metacontroller pass for one deployment (finalize when it is being deleted)."""
+    def sync(self, name: str, *, answer_lost: bool = False) -> PassRecord | None:
+        """One Metacontroller pass for one deployment (finalize when it is being deleted).
+
+        `answer_lost`: the hook ran its side effects but Metacontroller never got the answer (a
+        timeout): children and status stay as they were, and it will call again.
+        """
         if name not in self.parents:
             return None
         parent = self.parents[name]
@@ -424,7 +433,12 @@ class Sim:
             if self.last_input.get(name) == input_key:
                 previous = {k: v for k, v in (parent.get("status") or {}).items() if k != "observedGeneration"}
                 if dumps(previous) != dumps(result.status):
-                    self.fail(f"sync {name}: status changed although nothing it reads changed (hot loop)")
+                    import difflib
+                    diff = "\n".join(difflib.unified_diff(
+                        orjson.dumps(previous, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines(),
+                        orjson.dumps(result.status, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines(),
+                        lineterm="", n=1))
+                    self.fail(f"sync {name}: status changed although nothing it reads changed (hot loop):\n{diff}")
             self.last_input[name] = input_key
         facts = self.render_facts(name, request.related)
         self._check_pass(name, request, result, facts)
@@ -433,6 +447,10 @@ class Sim:
                          if not deleting(p) and p["metadata"]["name"] not in wanted)
         for intent in result.intents:
             self._execute(name, intent, facts=facts)
+        if answer_lost:
+            self.note(f"sync {name}: the answer was lost after {len(result.intents)} intents")
+            self.last_input.pop(name, None)
+            return PassRecord(name, self.t, result, "answer lost", [], [], list(result.intents))
         created, _ = self._apply_children(parent, result.children, facts)
         parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
         record = PassRecord(name, self.t, result, None, created, deleted, list(result.intents))
@@ -596,6 +614,21 @@ class Sim:
             pod["metadata"]["finalizers"] = [f for f in finalizers if f != KUEUE_FINALIZER]
             self._maybe_remove(pod["metadata"]["name"])
 
+    def force_remove_pod(self, name: str) -> None:
+        """Someone strips the finalizers and force-deletes: the Pod is gone, its Workload stands."""
+        pod = self.pods.get(name)
+        if pod is None:
+            return
+        self.note(f"force-remove pod {name}")
+        inc = self.incarnations.get(pod_ordinal(pod))
+        if inc is not None:
+            inc.forced = True
+        pod["metadata"]["finalizers"] = []
+        pod["metadata"].setdefault("deletionTimestamp", self.now())
+        if pod_phase(pod) not in ("Failed", "Succeeded"):
+            pod.setdefault("status", {})["phase"] = "Failed"
+        self._maybe_remove(name)
+
     def fail_pod(self, name: str) -> None:
         """The kubelet evicts the Pod (node pressure): phase Failed, object left in place."""
         pod = self.pods[name]
@@ -653,7 +686,7 @@ class Sim:
             if len(inc.events) > 1:
                 self.fail(f"replica {match.group(1)} (incarnation {inc.id}): more than one departure event "
                           f"for one occurrence: {inc.events}")
-            if not inc.ran:
+            if not inc.ran and not inc.forced:
                 self.fail(f"replica {match.group(1)}: {intent.reason} recorded for a replica that never ran")
         self.note(f"Event {intent.reason}: {intent.message[:90]}")
 
@@ -664,10 +697,18 @@ class Sim:
     # --- Kueue ---------------------------------------------------------------------------------
 
     def delete_workload(self, name: str, why: str = "") -> None:
-        wl = self.workloads.pop(name, None)
-        self.wl_info.pop(name, None)
+        wl = self.workloads.get(name)
         if wl is None:
             return
+        if self.workload_finalizer_lag:
+            # Kueue's resource-in-use finalizer: the Workload reads Terminating until Kueue's next
+            # round; its quota is released at once.
+            if not deleting(wl):
+                wl["metadata"]["deletionTimestamp"] = self.now()
+                wl["metadata"]["resourceVersion"] = self._next_rv()
+        else:
+            del self.workloads[name]
+            self.wl_info.pop(name, None)
         self.note(f"Workload {name} deleted ({why})")
         # Kueue: the job is stopped (its Pods deleted) and its Pods' finalizers stripped.
         for pod in list(self.pods.values()):
@@ -684,6 +725,10 @@ class Sim:
         return pod_phase(pod) != "Failed"
 
     def kueue_compose(self) -> None:
+        for name in [n for n, w in self.workloads.items() if deleting(w)]:
+            del self.workloads[name]
+            self.wl_info.pop(name, None)
+            self.note(f"Kueue: Workload {name} finalized")
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.pods.values():
             group = labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
@@ -747,7 +792,8 @@ class Sim:
                       "lastTransitionTime": self.now()})
 
     def used(self, cq: str) -> int:
-        return sum(info["cards"] for n, info in self.wl_info.items() if info["cq"] == cq and reserved(self.workloads[n]))
+        return sum(info["cards"] for n, info in self.wl_info.items()
+                   if info["cq"] == cq and reserved(self.workloads[n]) and not deleting(self.workloads[n]))
 
     def queued(self, cq: str | None = None) -> list[str]:
         """Workloads waiting for quota, in the order Kueue would try them."""
@@ -1100,7 +1146,7 @@ class Sim:
     def check_departure_events(self) -> None:
         """Every replica that ran and then went away (outside deletion) has exactly one Event."""
         for inc in self.all_incarnations:
-            if inc.gone and inc.ran and not inc.gone_while_finalizing and len(inc.events) != 1:
+            if inc.gone and inc.ran and not inc.gone_while_finalizing and not inc.forced and len(inc.events) != 1:
                 self.fail(f"replica {inc.deployment}/{inc.role}/{inc.ordinal} (incarnation {inc.id}) ran and departed "
                           f"with {len(inc.events)} departure events")
 
