@@ -413,6 +413,10 @@ class ControlPlane:
         Start these (``None`` for Metacontroller means "if its binary exists").
     kueue_frameworks / kueue_feature_gates / kueue_config_overrides:
         Tuning of Kueue's Configuration file.
+    kwok_stage_crds:
+        Serve kwok's Stages from the cluster (``stages.kwok.x-k8s.io`` CRD,
+        kwok ``--enable-crds=Stage``) so tests can add their own; otherwise
+        they are fixed in kwok's config file.
     """
 
     def __init__(
@@ -427,6 +431,7 @@ class ControlPlane:
         kueue_config_overrides: Mapping[str, Any] | None = None,
         service_cluster_ip_range: str = "10.96.0.0/16",
         pod_cidr: str = "10.244.0.0/16",
+        kwok_stage_crds: bool = True,
         startup_timeout: float = 120.0,
     ) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
@@ -448,6 +453,7 @@ class ControlPlane:
         self.kueue_config_overrides = dict(kueue_config_overrides or {})
         self.service_cluster_ip_range = service_cluster_ip_range
         self.pod_cidr = pod_cidr
+        self.kwok_stage_crds = kwok_stage_crds
         self.startup_timeout = startup_timeout
 
         # kubectl built with the control plane (same version) if present, else PATH's.
@@ -858,11 +864,13 @@ class ControlPlane:
             "--v=1",
         ])
 
+    def _kwok_dir(self) -> Path:
+        d = self.components_dir / f"kwok-{KWOK_VERSION}"
+        # bin/kwok is a symlink into the versioned dir.
+        return d if d.is_dir() else self._bin("kwok").resolve().parent
+
     def _kwok_stages(self) -> list[dict[str, Any]]:
-        stage_dir = self.components_dir / f"kwok-{KWOK_VERSION}" / "stages"
-        if not stage_dir.is_dir():
-            # bin/kwok is a symlink into the versioned dir.
-            stage_dir = self._bin("kwok").resolve().parent / "stages"
+        stage_dir = self._kwok_dir() / "stages"
         docs: list[dict[str, Any]] = []
         for path in sorted(stage_dir.glob("*.yaml")):
             docs.extend(load_yaml_docs(path))
@@ -889,13 +897,27 @@ class ControlPlane:
             },
         }
         path = self.work_dir / "kwok.yaml"
-        path.write_text(yaml.safe_dump_all([cfg, *self._kwok_stages()]))
+        stages = self._kwok_stages()
+        extra: list[str] = []
+        if self.kwok_stage_crds:
+            # Stages live in the cluster (kwok.x-k8s.io/v1alpha1 Stage), so a
+            # test can add its own (e.g. make some Pods fail or turn NotReady).
+            crd = self._kwok_dir() / "crds" / "kwok.x-k8s.io_stages.yaml"
+            self.kubectl("create", "-f", "-", input=_to_json(load_yaml_docs(crd)))
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                         "crd/stages.kwok.x-k8s.io")
+            self.kubectl("create", "-f", "-", input=_to_json(stages))
+            path.write_text(yaml.safe_dump(cfg))
+            extra.append("--enable-crds=Stage")
+        else:
+            path.write_text(yaml.safe_dump_all([cfg, *stages]))
         self._add("kwok", [
             self._bin("kwok"),
             f"--config={path}",
             f"--kubeconfig={self.kubeconfig}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
+            *extra,
         ])
 
     def _create_nodes(self) -> None:

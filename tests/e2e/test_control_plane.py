@@ -58,6 +58,49 @@ def test_garbage_collector_follows_owner_references(control_plane: ControlPlane,
                timeout=60, message="garbage collection of the dependent ConfigMap")
 
 
+def test_kwok_custom_stage_turns_pods_not_ready(control_plane: ControlPlane, e2e_namespace: str) -> None:
+    """Tests may add kwok Stages (kwok serves them from the cluster)."""
+    if not control_plane.kwok_stage_crds:
+        pytest.skip("kwok stages are fixed in its config file")
+    cp, ns = control_plane, e2e_namespace
+    label = "e2e.modeldeployment.test/not-ready"
+    stage = f"e2e-not-ready-{uuid.uuid4().hex[:6]}"
+    cp.apply({
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": stage},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchLabels": {label: "true"},
+                "matchExpressions": [
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
+                     "operator": "In", "values": ["True"]},
+                ],
+            },
+            "next": {"statusTemplate": (
+                "conditions:\n"
+                "- type: Ready\n  status: \"False\"\n  reason: E2EForcedNotReady\n"
+            )},
+        },
+    })
+    try:
+        for name, labels in (("plain", {}), ("sick", {label: "true"})):
+            cp.apply({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": name, "namespace": ns, "labels": labels},
+                      "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:fake"}]}})
+
+        def ready(name: str) -> str | None:
+            pod = cp.kubectl_json("get", "pod", name, "-n", ns)
+            if pod["status"].get("phase") != "Running":
+                return None
+            return _condition(pod, "Ready")
+
+        assert wait_until(lambda: ready("plain"), timeout=30, message="plain Pod Running") == "True"
+        wait_until(lambda: ready("sick") == "False", timeout=30, message="labelled Pod NotReady")
+    finally:
+        cp.kubectl("delete", "stage", stage, "--wait=false", check=False)
+
+
 def _gpu_pod(name: str, ns: str, queue: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
