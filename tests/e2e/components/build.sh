@@ -47,6 +47,12 @@ declare -a SUMMARY=()
 
 log() { printf '[build.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# CPU seconds (user+sys) used so far by finished child processes; differences
+# between two calls give a component's CPU cost independent of other load.
+cpu_children() {
+  times | tail -1 | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] } printf "%d", t }'
+}
+
 want() {
   # want <component>: true if selected on the command line (or no selection)
   [ ${#SELECTED[@]} -eq 0 ] && return 0
@@ -65,11 +71,14 @@ link_bin() {
   ln -sfn "$1/$2" "$BIN/$2"
 }
 
+CPU_MARK=$(cpu_children)
 record() {
   # record <name> <version> <seconds> <status>
-  SUMMARY+=("$(printf '%-26s %-10s %6ss  %s' "$1" "$2" "$3" "$4")")
+  local now cpu
+  now=$(cpu_children); cpu=$(( now - CPU_MARK )); CPU_MARK=$now
+  SUMMARY+=("$(printf '%-26s %-10s %6ss %6ss  %s' "$1" "$2" "$3" "$cpu" "$4")")
   if [ "$4" = built ]; then
-    printf '%s %s %s %s\n' "$(date -u +%FT%TZ)" "$1" "$2" "$3" >>"$TIMES_FILE"
+    printf '%s %s %s wall=%ss cpu=%ss\n' "$(date -u +%FT%TZ)" "$1" "$2" "$3" "$cpu" >>"$TIMES_FILE"
   fi
 }
 
@@ -218,7 +227,7 @@ EOF
 fi
 
 echo
-echo "component                  version      time  status"
+echo "component                  version      wall     cpu  status"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 echo "bin dir: $BIN"
-echo "total: $(( $(date +%s) - START_ALL ))s"
+echo "total: $(( $(date +%s) - START_ALL ))s (cpu $(cpu_children)s)"
