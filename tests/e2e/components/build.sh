@@ -30,6 +30,12 @@ COMP="$CACHE/components"
 BIN="$COMP/bin"
 mkdir -p "$COMP" "$BIN"
 
+# One build at a time per cache (two test sessions may start together).
+if command -v flock >/dev/null; then
+  exec 9>"$COMP/.build.lock"
+  flock 9
+fi
+
 export GOPATH="$CACHE/go"
 export GOMODCACHE="$CACHE/go/pkg/mod"
 export GOCACHE="$CACHE/go-build"
