@@ -108,12 +108,14 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
-    expected = {(vocab.GROUP, r, "get") for r in (vocab.PLURAL_INSTANCE_TYPES, vocab.PLURAL_KV_CACHE_POOLS,
-                                                  vocab.PLURAL_KV_CACHE_BACKENDS, vocab.PLURAL_KV_CACHE_POOL_BINDINGS,
+    expected = {(vocab.GROUP, r, "get") for r in (vocab.PLURAL_INSTANCE_TYPES, vocab.PLURAL_KV_CACHE_POOL_BINDINGS,
                                                   vocab.PLURAL_MODEL_ARTIFACTS)}
+    # Pools and backends are listed beside the Binding (one round trip).
+    expected |= {(vocab.GROUP, r, "list") for r in (vocab.PLURAL_KV_CACHE_POOLS, vocab.PLURAL_KV_CACHE_BACKENDS)}
     expected |= {
         (vocab.KUEUE_GROUP, "workloads", "delete"),
         (vocab.KUEUE_GROUP, "workloads/status", "patch"),
+        (vocab.KUEUE_GROUP, "admissionchecks", "get"),
         (vocab.KUEUE_GROUP, "admissionchecks", "create"),
         (vocab.KUEUE_GROUP, "admissionchecks", "patch"),
         (vocab.KUEUE_GROUP, "admissionchecks/status", "patch"),
@@ -126,5 +128,5 @@ def test_the_client_makes_only_those_calls() -> None:
     source = (ROOT / "app" / "kube" / "client.py").read_text()
     calls = sorted({line.split("self.client.")[1].split("(")[0] for line in source.splitlines()
                     if "self.client." in line and "(" in line.split("self.client.")[1]})
-    assert calls == ["close", "create", "delete", "get", "patch"]
+    assert calls == ["close", "create", "delete", "get", "list", "patch"]
     assert Path(ROOT / "app" / "kube" / "client.py").exists()

@@ -164,7 +164,7 @@ class Incarnation:
     ordinal: int
     fingerprint: str | None
     pod_uids: set[str] = field(default_factory=set)
-    ran: bool = False  # its Workload was admitted at some point (it served)
+    ran: bool = False  # Kueue let a Pod of it run (ungated it): it served
     events: list[str] = field(default_factory=list)  # departure events recorded for it
     gone: bool = False
     gone_while_finalizing: bool = False
@@ -842,11 +842,6 @@ class Sim:
         info = self.wl_info[name]
         self.note(f"Kueue: Workload {name} admitted")
         self.admitted_fingerprints.add(info["fingerprint"])
-        for pod in self.pods.values():
-            if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name:
-                inc = self.incarnations.get(pod_ordinal(pod))
-                if inc is not None:
-                    inc.ran = True
         # An obsolete render must never be admitted: our check is listed on every ClusterQueue, so
         # this can only happen if Ready was written for it.
         deployment = info["deployment"]
@@ -879,6 +874,10 @@ class Sim:
                                                   if g.get("name") != vocab.KUEUE_SCHEDULING_GATE]
                 if not pod["spec"]["schedulingGates"]:
                     del pod["spec"]["schedulingGates"]
+                # Ungated: the replica runs (serves); its departure is worth an Event.
+                inc = self.incarnations.get(pod_ordinal(pod))
+                if inc is not None:
+                    inc.ran = True
 
     def evict(self, name: str, reason: str = "Preempted", message: str = "Preempted to accommodate a workload") -> None:
         """Kueue evicts a Workload: preemption, a Retry check, a PodsReady timeout."""
