@@ -98,13 +98,17 @@ class World:
         return cls.of(objects)
 
 
+# libyaml's parser when PyYAML has it (it does on every wheel we install); the pure one otherwise.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_objects(path: Path) -> list[dict[str, Any]]:
     """Every object in a YAML file or a directory of them (Lists are flattened)."""
     files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
     objects: list[dict[str, Any]] = []
     for file in files:
         with file.open() as handle:
-            for doc in yaml.safe_load_all(handle):
+            for doc in yaml.load_all(handle, Loader=_LOADER):
                 if not isinstance(doc, dict):
                     continue
                 if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):

@@ -77,28 +77,37 @@ class Kube:
                 return None
             raise ClusterUnreachable(f"the API server refused to read {res.__name__} {name!r}: {exc.status.message}") from exc
 
+    async def _list(self, res: Any, kind: str) -> list[dict[str, Any]]:
+        try:
+            # List items may come without apiVersion/kind; the World files objects by kind.
+            return [{"apiVersion": vocab.API_VERSION, "kind": kind, **_plain(obj)} async for obj in self.client.list(res)]
+        except ApiError as exc:
+            raise ClusterUnreachable(f"the API server refused to list {res.__name__}: {exc.status.message}") from exc
+
     async def world_for(self, md: ModelDeployment) -> World:
-        """Every object one deployment's admission reads, fetched live (no cache decides admission)."""
+        """Every object one deployment's admission reads, fetched live (no cache decides admission).
+
+        One round trip: the Binding names its pool and the pool its backend, so pools and backends
+        (cluster-scoped and few) are listed beside the Binding rather than fetched after it."""
         namespace = md.metadata.namespace
         try:
             async with asyncio.timeout(self.timeout):
-                reads = [self._get(InstanceTypeRes, name) for name in sorted({r.instance_type for r in md.spec.roles})]
+                reads: list[Any] = [self._get(InstanceTypeRes, name)
+                                    for name in sorted({r.instance_type for r in md.spec.roles})]
                 if md.spec.model.artifact_ref is not None:
                     reads.append(self._get(ArtifactRes, md.spec.model.artifact_ref.name, namespace))
-                objects = list(await asyncio.gather(*reads))
+                lists: list[Any] = []
                 if md.spec.kv_cache is not None and md.spec.kv_cache.pool_ref.name:
-                    binding = await self._get(BindingRes, md.spec.kv_cache.pool_ref.name, namespace)
-                    objects.append(binding)
-                    pool_name = ((binding or {}).get("spec") or {}).get("poolRef", {}).get("name")
-                    if pool_name:
-                        pool = await self._get(KVCachePoolRes, pool_name)
-                        objects.append(pool)
-                        for backend in ((pool or {}).get("spec") or {}).get("backends") or []:
-                            if isinstance(backend, dict) and backend.get("name"):
-                                objects.append(await self._get(KVCacheBackendRes, backend["name"]))
+                    reads.append(self._get(BindingRes, md.spec.kv_cache.pool_ref.name, namespace))
+                    lists = [self._list(KVCachePoolRes, vocab.KIND_KV_CACHE_POOL),
+                             self._list(KVCacheBackendRes, vocab.KIND_KV_CACHE_BACKEND)]
+                results = await asyncio.gather(*reads, *lists)
         except (httpx2.HTTPError, OSError, TimeoutError) as exc:
             raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
-        return World.of(o for o in objects if o)
+        objects: list[dict[str, Any]] = [o for o in results[:len(reads)] if o]
+        for listed in results[len(reads):]:
+            objects.extend(listed)
+        return World.of(objects)
 
     # --- side effects ------------------------------------------------------------------------
 

@@ -229,3 +229,23 @@ def test_two_deployments_contending_for_one_pool_do_not_deadlock(op: Operator):
     finally:
         delete(op, "contend-a")
         delete(op, "contend-b")
+
+
+def test_a_new_binding_on_a_mixed_backend_is_refused_from_live_objects(op: Operator):
+    # The webhook reads Binding -> pool -> backend live from the API server.
+    backend = {"apiVersion": "worker.gpustack.ai/v1", "kind": "KVCacheBackend", "metadata": {"name": "mixed"},
+               "spec": {"transport": {"protocol": "TCP"},
+                        "members": [{"name": "a"}, {"name": "b", "transport": {"protocol": "RDMA"}}]}}
+    pool = {"apiVersion": "worker.gpustack.ai/v1", "kind": "KVCachePool", "metadata": {"name": "mixed-pool"},
+            "spec": {"backends": [{"name": "mixed"}]}}
+    binding = {"apiVersion": "worker.gpustack.ai/v1", "kind": "KVCachePoolBinding",
+               "metadata": {"name": "mixed-binding", "namespace": NAMESPACE},
+               "spec": {"poolRef": {"name": "mixed-pool"}, "domain": {"name": "mixed", "blockSize": 64,
+                                                                       "dtype": "bfloat16"}}}
+    for obj in (backend, pool, binding):
+        apply(op, obj)
+    md = small("mixed-cache", replicas=1)
+    md["spec"]["kvCache"] = {"poolRef": {"name": "mixed-binding"}}
+    result = op.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(md), check=False)
+    assert result.returncode != 0
+    assert "spec.kvCache.poolRef.name" in result.stderr and "rdma, tcp" in result.stderr
