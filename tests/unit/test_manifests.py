@@ -1,0 +1,63 @@
+"""The deployable manifests render with kustomize and carry what a cluster needs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kustomize(path: str) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is needed to render the kustomize bases (it ships on these machines)")
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / path)], check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_base_renders_and_every_core_object_is_valid():
+    objects = kustomize("manifests")
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds.count("CustomResourceDefinition") == 6
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+            "CompositeController"} <= set(kinds)
+    for obj in objects:
+        if obj["kind"] in ("CompositeController", "CustomResourceDefinition"):
+            continue
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+
+
+def test_operator_deployment_is_two_replicas_non_root_read_only_with_probes():
+    deployment = next(o for o in kustomize("manifests") if o["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_composite_controller_never_loops():
+    cc = next(o for o in kustomize("manifests") if o["kind"] == "CompositeController")
+    spec = cc["spec"]
+    assert spec["generateSelector"] is True
+    strategies = {c["resource"]: c["updateStrategy"]["method"] for c in spec["childResources"]}
+    assert strategies.pop("pods") == "OnDelete"
+    assert set(strategies.values()) == {"InPlace"}
+    assert set(strategies) == {"services", "configmaps", "serviceaccounts", "roles", "rolebindings", "deployments"}
+    for hook in ("customize", "sync", "finalize"):
+        assert spec["hooks"][hook]["version"] == "v2"
+        assert spec["hooks"][hook]["webhook"]["path"] == f"/hooks/{hook}"
+
+
+def test_kueue_objects_render():
+    kinds = {o["kind"] for o in kustomize("manifests/kueue")}
+    assert {"AdmissionCheck", "ClusterQueue", "LocalQueue", "ResourceFlavor", "Topology"} <= kinds
