@@ -189,8 +189,8 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
     if not joint or gang.complete or release_after_seconds <= 0:
         return "", ""
     waiting = [g for g in groups if not g.admitted]
-    held_since = sorted(s for g in waiting if g.reserved and g.state != RETRY
-                        for s in [_reserved_since(g.workload)] if s)
+    held_since = sorted((s for g in waiting if g.reserved and g.state != RETRY
+                         for s in [_reserved_since(g.workload)] if _parse(s)), key=_parse)
     if held_since:
         oldest = held_since[0]
         held = _seconds_between(oldest, now)
@@ -199,8 +199,9 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
             return "release", (f"{gang.have} of {gang.want} replicas have reserved quota after {int(held)}s; "
                                f"the deployment releases what it holds so that other deployments are not "
                                f"blocked, and queues again in {int(release_after_seconds)}s")
-    backing_off = sorted(g.check.get("lastTransitionTime") or "" for g in waiting
-                         if g.state == RETRY and not g.reserved)
+    backing_off = sorted((g.check.get("lastTransitionTime") for g in waiting
+                          if g.state == RETRY and not g.reserved and _parse(g.check.get("lastTransitionTime"))),
+                         key=_parse)
     if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
         return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
                         f"partial reservation and queues again {int(release_after_seconds)}s after "

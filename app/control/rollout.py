@@ -193,8 +193,8 @@ def plan_role(
 
         if not pods:
             if workload is not None:
-                # A Workload standing for an empty ordinal holds quota for Pods that are gone (Kueue's
-                # eviction removed them before this pass saw them): free it, then refill the ordinal.
+                # A Workload standing for an empty ordinal holds quota for Pods that are gone (removed
+                # by force, or before any pass saw them): free it, then refill the ordinal.
                 entry.action = Action.REBUILD
                 entry.up_to_date = True
                 entry.note = "waiting for the departed replica's Workload to be deleted"

@@ -220,6 +220,7 @@ class Sim:
         self.all_incarnations: list[Incarnation] = []
         self.turnover: dict[tuple[str, str], set[int]] = defaultdict(set)
         self.last_input: dict[str, bytes] = {}
+        self.last_facts: dict[str, dict[str, tuple[str, str | None]]] = {}
         self.customize_cache: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.violations: list[str] = []
         self.check_writes: list[tuple[float, str, str, str]] = []  # (t, workload, old state, new state)
@@ -441,6 +442,7 @@ class Sim:
                     self.fail(f"sync {name}: status changed although nothing it reads changed (hot loop):\n{diff}")
             self.last_input[name] = input_key
         facts = self.render_facts(name, request.related)
+        self.last_facts[name] = facts
         self._check_pass(name, request, result, facts)
         wanted = {c["metadata"]["name"] for c in result.children if c["kind"] == "Pod"}
         deleted = sorted(p["metadata"]["name"] for p in (request.children.get(vocab.CHILD_PODS) or {}).values()
@@ -843,17 +845,12 @@ class Sim:
         self.note(f"Kueue: Workload {name} admitted")
         self.admitted_fingerprints.add(info["fingerprint"])
         # An obsolete render must never be admitted: our check is listed on every ClusterQueue, so
-        # this can only happen if Ready was written for it.
-        deployment = info["deployment"]
-        if deployment in self.parents and not deleting(self.parents[deployment]):
-            facts = self.render_facts(deployment)
-            role = wl["spec"]["podSets"][0]["name"]
-            if role in facts and facts[role][0] != info["fingerprint"] and self._last_sync_gen_current(deployment):
-                self.fail(f"Kueue admitted {name} on an obsolete render of {deployment}/{role}")
-
-    def _last_sync_gen_current(self, deployment: str) -> bool:
-        parent = self.parents[deployment]
-        return parent.get("status", {}).get("observedGeneration") == parent["metadata"]["generation"]
+        # this can only happen if Ready was written for it. Judged against the render the
+        # deployment's last pass saw (an edit or a world change after it is a race no pass lost).
+        facts = self.last_facts.get(info["deployment"], {})
+        role = wl["spec"]["podSets"][0]["name"]
+        if role in facts and facts[role][0] != info["fingerprint"]:
+            self.fail(f"Kueue admitted {name} on an obsolete render of {info['deployment']}/{role}")
 
     def kueue_checks(self) -> None:
         """The workload controller: Retry evicts; all checks Ready on a reservation admits; the
