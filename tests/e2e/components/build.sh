@@ -55,8 +55,13 @@ log() { printf '[build.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # CPU seconds (user+sys) used so far by finished child processes; differences
 # between two calls give a component's CPU cost independent of other load.
+# Sets CPU_NOW. (`times` must run in this shell, not in a pipeline or a
+# $(...) subshell, so the result is passed back in a variable.)
+TIMES_TMP="$(mktemp)"
+trap 'rm -f "$TIMES_TMP"' EXIT
 cpu_children() {
-  times | tail -1 | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] } printf "%d", t }'
+  times >"$TIMES_TMP"
+  CPU_NOW=$(tail -1 "$TIMES_TMP" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] } printf "%d", t }')
 }
 
 want() {
@@ -77,11 +82,11 @@ link_bin() {
   ln -sfn "$1/$2" "$BIN/$2"
 }
 
-CPU_MARK=$(cpu_children)
+cpu_children; CPU_MARK=$CPU_NOW
 record() {
   # record <name> <version> <seconds> <status>
-  local now cpu
-  now=$(cpu_children); cpu=$(( now - CPU_MARK )); CPU_MARK=$now
+  local cpu
+  cpu_children; cpu=$(( CPU_NOW - CPU_MARK )); CPU_MARK=$CPU_NOW
   SUMMARY+=("$(printf '%-26s %-10s %6ss %6ss  %s' "$1" "$2" "$3" "$cpu" "$4")")
   if [ "$4" = built ]; then
     printf '%s %s %s wall=%ss cpu=%ss\n' "$(date -u +%FT%TZ)" "$1" "$2" "$3" "$cpu" >>"$TIMES_FILE"
@@ -236,4 +241,5 @@ echo
 echo "component                  version      wall     cpu  status"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 echo "bin dir: $BIN"
-echo "total: $(( $(date +%s) - START_ALL ))s (cpu $(cpu_children)s)"
+cpu_children
+echo "total: $(( $(date +%s) - START_ALL ))s (cpu ${CPU_NOW}s)"
