@@ -424,6 +424,7 @@ class Sim:
             record = PassRecord(name, self.t, None, str(exc), [], [], list(exc.intents))
             self.passes.append(record)
             return record
+        input_key = b""
         if self.check_determinism:
             again = reconcile(HookRequest.model_validate(request.model_dump()), self.settings, now=now)
             if dumps(again.status) != dumps(result.status) or dumps(again.children) != dumps(result.children) \
@@ -440,7 +441,6 @@ class Sim:
                         orjson.dumps(result.status, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().splitlines(),
                         lineterm="", n=1))
                     self.fail(f"sync {name}: status changed although nothing it reads changed (hot loop):\n{diff}")
-            self.last_input[name] = input_key
         facts = self.render_facts(name, request.related)
         self.last_facts[name] = facts
         self._check_pass(name, request, result, facts)
@@ -455,6 +455,9 @@ class Sim:
             return PassRecord(name, self.t, result, "answer lost", [], [], list(result.intents))
         created, _ = self._apply_children(parent, result.children, facts)
         parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
+        if self.check_determinism:
+            # Remembered only once the status is written: what the next pass compares against.
+            self.last_input[name] = input_key
         record = PassRecord(name, self.t, result, None, created, deleted, list(result.intents))
         self.passes.append(record)
         summary = ", ".join(f"{type(i).__name__}:{getattr(i, 'reason', '') or getattr(i, 'state', '') or i.name}"
