@@ -103,14 +103,30 @@ def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> lis
     return services
 
 
-def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool) -> tuple[str, str]:
+def _lost_instances(md: ModelDeployment, ready_by_role: dict[str, int]) -> list[str]:
+    """Roles with fewer Ready replicas than the last status reported (capped by what is declared now)."""
+    lost = []
+    for previous in (md.status or {}).get("roles") or []:
+        if not isinstance(previous, dict) or previous.get("name") not in ready_by_role:
+            continue
+        role = md.role(previous["name"])
+        was = min(int(previous.get("ready") or 0), role.replicas if role else 0)
+        if ready_by_role[previous["name"]] < was:
+            lost.append(previous["name"])
+    return lost
+
+
+def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role: dict[str, int]) -> tuple[str, str]:
+    """Degraded means a role lost Ready instances (and stays so until all are back); a scale-up of a
+    Ready deployment is Starting its new replicas, not Degraded."""
     if finalizing or md.metadata.deletion_timestamp:
         return vocab.PHASE_DELETING, "the deployment is being deleted"
     if all_ready:
         return vocab.PHASE_READY, "every declared replica is Ready"
-    previous = (md.status or {}).get("phase")
-    if previous in (vocab.PHASE_READY, vocab.PHASE_DEGRADED):
-        return vocab.PHASE_DEGRADED, "a role has fewer Ready replicas than declared"
+    if _lost_instances(md, ready_by_role) or (md.status or {}).get("phase") == vocab.PHASE_DEGRADED:
+        # One message for both ways in, or the second pass would rewrite status (a hot loop).
+        short = [r.name for r in md.spec.roles if ready_by_role.get(r.name, 0) < r.replicas]
+        return vocab.PHASE_DEGRADED, f"role(s) {', '.join(short)} have fewer Ready replicas than declared"
     return vocab.PHASE_STARTING, "replicas are starting"
 
 
@@ -193,7 +209,8 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
     router_ready = router.ready if router is not None else None
     if router is not None:
         all_ready = all_ready and router.ready >= 1
-    phase, phase_message = _phase(ctx.md, finalizing, all_ready)
+    ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
+    phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
     values = [
         status.domain_registered(ctx),
         status.quota_reserved(ctx, plans),

@@ -440,8 +440,6 @@ def test_a_replacement_never_carries_the_departed_pods_name() -> None:
     assert sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"] != departed
 
 
-@pytest.mark.xfail(strict=True, reason="app/control/sync.py _phase: a Ready deployment reads Degraded while a "
-                   "scale-up's new replica starts, though no role lost an instance")
 def test_a_scale_up_of_a_ready_deployment_is_not_degraded() -> None:
     sim = Sim()
     sim.apply(chat(2))
