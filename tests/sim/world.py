@@ -859,8 +859,8 @@ class Sim:
         """The workload controller: Retry evicts; all checks Ready on a reservation admits; the
         job reconciler ungates the Pods of admitted Workloads."""
         for name, wl in list(self.workloads.items()):
-            if not reserved(wl):
-                continue
+            if not reserved(wl) or deleting(wl):
+                continue  # a Workload being deleted is only finalized
             checks = (wl.get("status") or {}).get("admissionChecks") or []
             if any(e.get("state") == RETRY for e in checks):
                 self.evict(name, "AdmissionCheck", "Evicted due to AdmissionCheck in Retry state")
