@@ -96,3 +96,21 @@ def model_source(ctx: DeploymentContext) -> tuple[str, dict[str, Any] | None, st
     if source.hugging_face is not None:
         return source.hugging_face.repository, None, revision or source.hugging_face.revision
     return ctx.md.spec.model.name, None, revision
+
+
+def model_arguments(ctx: DeploymentContext, out: EngineRender) -> tuple[str, list[str]]:
+    """What the engine loads, and the arguments that keep the served name and pin the revision.
+
+    Mounts the artifact's volume into `out` when the weights come from one. Both engines spell
+    --served-model-name and --revision the same way.
+    """
+    load, volume, revision = model_source(ctx)
+    args: list[str] = []
+    if load != ctx.md.spec.model.name:
+        args += ["--served-model-name", ctx.md.spec.model.name]
+    if revision:
+        args += ["--revision", revision]
+    if volume is not None:
+        out.volumes.append(volume)
+        out.mounts.append({"name": vocab.MODEL_VOLUME, "mountPath": vocab.MODEL_MOUNT_PATH, "readOnly": True})
+    return load, args

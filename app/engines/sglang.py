@@ -15,7 +15,7 @@ from app.engines.common import (
     EngineRender,
     cache_rendered,
     dtype_rendered,
-    model_source,
+    model_arguments,
     tenant,
     transfer_leg_rendered,
     value_env,
@@ -46,18 +46,12 @@ def transfer_backend(ctx: DeploymentContext) -> str:
 
 def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
     out = EngineRender()
-    load, volume, revision = model_source(ctx)
+    load, model_args = model_arguments(ctx, out)
     # SGLang binds 127.0.0.1 by default: always render the wildcard host.
     argv = ["python3", "-m", "sglang.launch_server", "--model-path", load, "--host", "0.0.0.0"]
     if listen_port is not None:
         argv += ["--port", str(listen_port)]
-    if load != ctx.md.spec.model.name:
-        argv += ["--served-model-name", ctx.md.spec.model.name]
-    if revision:
-        argv += ["--revision", revision]
-    if volume is not None:
-        out.volumes.append(volume)
-        out.mounts.append({"name": vocab.MODEL_VOLUME, "mountPath": vocab.MODEL_MOUNT_PATH, "readOnly": True})
+    argv += model_args
     if cache_rendered(ctx, role):
         if role.kind == vocab.ROLE_KIND_DECODE:
             argv += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]

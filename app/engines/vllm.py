@@ -13,7 +13,7 @@ from app.engines.common import (
     compact_json,
     dtype_rendered,
     kv_events_rendered,
-    model_source,
+    model_arguments,
     tenant,
     transfer_leg_rendered,
     value_env,
@@ -73,17 +73,11 @@ def kv_transfer_config(ctx: DeploymentContext, role: Role) -> dict[str, Any] | N
 def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
     """A managed vLLM role. `listen_port` None means the user's own --port stays in charge."""
     out = EngineRender()
-    load, volume, revision = model_source(ctx)
+    load, model_args = model_arguments(ctx, out)
     argv = ["vllm", "serve", load, "--host", "0.0.0.0"]
     if listen_port is not None:
         argv += ["--port", str(listen_port)]
-    if load != ctx.md.spec.model.name:
-        argv += ["--served-model-name", ctx.md.spec.model.name]
-    if revision:
-        argv += ["--revision", revision]
-    if volume is not None:
-        out.volumes.append(volume)
-        out.mounts.append({"name": vocab.MODEL_VOLUME, "mountPath": vocab.MODEL_MOUNT_PATH, "readOnly": True})
+    argv += model_args
     transfer = kv_transfer_config(ctx, role)
     if transfer is not None:
         argv += ["--kv-transfer-config", compact_json(transfer)]
