@@ -298,7 +298,9 @@ def test_a_pod_on_a_notready_node_is_never_replaced() -> None:
 
 def test_a_size_two_instance_losing_one_member_is_rebuilt_whole() -> None:
     sim = Sim(capacity={H20: 32})
-    sim.apply(example("deepseek-multinode"))
+    md = example("deepseek-multinode")
+    md["spec"]["roles"][0]["replicas"] = 2  # a sibling replica that must not move
+    sim.apply(md)
     running(sim, "ds-wide")
     m0, m1 = sim.replica_pods("ds-wide", "server", 0)
     assert m0["metadata"]["name"] == "ds-wide-server-r0-m0" and m1["metadata"]["name"] == "ds-wide-server-r0-m1"

@@ -61,7 +61,9 @@ def test_minimal_example_renders_four_pods_and_the_role_service():
 
 
 def test_size_two_role_renders_members_headless_services_and_the_three_variables():
-    result = sync(parent("deepseek-multinode"))
+    md = parent("deepseek-multinode")
+    md["spec"]["roles"][0]["replicas"] = 2
+    result = sync(md)
     got = {p["metadata"]["name"]: p for p in pods(result)}
     assert sorted(got) == ["ds-wide-server-r0-m0", "ds-wide-server-r0-m1", "ds-wide-server-r1-m0", "ds-wide-server-r1-m1"]
     member = got["ds-wide-server-r1-m1"]
