@@ -15,7 +15,7 @@ from app.api.hooks import HookRequest
 from app.control.sync import SyncFailed, SyncSettings, reconcile
 from app.kube.executor import utc_now
 from app.settings import Settings
-from app.world import load_yaml_objects
+from app.world import load_yaml_objects, related_map
 
 DEFAULT_WORLD = Path(__file__).resolve().parent.parent / "examples" / "world"
 CRD_DIR = Path(__file__).resolve().parent.parent / "manifests" / "crds"
@@ -36,17 +36,6 @@ def _world_objects(world: Path | None) -> list[dict[str, Any]]:
     return load_yaml_objects(world) if world else []
 
 
-def _related(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Metacontroller's v2 related map, built from plain objects."""
-    related: dict[str, dict[str, Any]] = {}
-    for obj in objects:
-        api = obj.get("apiVersion", "")
-        meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name", "")
-        related.setdefault(f"{obj.get('kind')}.{api}", {})[key] = obj
-    return related
-
-
 def cmd_render(args: argparse.Namespace) -> int:
     settings = Settings()
     objects = _world_objects(args.world)
@@ -58,7 +47,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     status = 0
     for md in deployments:
         md.setdefault("metadata", {}).setdefault("namespace", "default")
-        request = HookRequest(parent=md, children={}, related=_related(objects))
+        request = HookRequest(parent=md, children={}, related=related_map(objects))
         try:
             result = reconcile(request, sync_settings, now=utc_now())
         except SyncFailed as exc:

@@ -102,6 +102,16 @@ class World:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def related_map(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Plain objects as Metacontroller's v2 `related` map (the inverse of World.from_related)."""
+    out: dict[str, dict[str, Any]] = {}
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
+        out.setdefault(f"{obj.get('kind')}.{obj.get('apiVersion', '')}", {})[key] = obj
+    return out
+
+
 def load_yaml_objects(path: Path) -> list[dict[str, Any]]:
     """Every object in a YAML file or a directory of them (Lists are flattened)."""
     files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]

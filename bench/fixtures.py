@@ -32,7 +32,7 @@ from app.api.hooks import HookRequest
 from app.control.rollout import LAST_APPLIED
 from app.control.sync import SyncSettings, reconcile
 from app.render import names
-from app.world import load_yaml_objects
+from app.world import load_yaml_objects, related_map
 from bench import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -51,15 +51,6 @@ def example(name: str) -> dict[str, Any]:
 
 def world_objects() -> list[dict[str, Any]]:
     return load_yaml_objects(EXAMPLES / "world")
-
-
-def related_map(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
-        out.setdefault(f"{obj['kind']}.{obj['apiVersion']}", {})[key] = obj
-    return out
 
 
 def children_map(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

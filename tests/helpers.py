@@ -8,18 +8,10 @@ from typing import Any
 from app import vocab
 from app.api.hooks import HookRequest
 from app.control.sync import SyncResult, SyncSettings, reconcile
+from app.world import related_map
 from tests.conftest import example, world_objects
 
 NOW = "2026-11-29T12:00:00Z"
-
-
-def related(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
-        out.setdefault(f"{obj['kind']}.{obj['apiVersion']}", {})[key] = obj
-    return out
 
 
 def parent(name: str = "qwen-chat", **spec_changes: Any) -> dict[str, Any]:
@@ -49,7 +41,7 @@ def request(md: dict[str, Any], *, children: list[dict[str, Any]] | None = None,
         "controller": {"metadata": {"name": "modeldeployment"}},
         "parent": md,
         "children": children_map(children or []),
-        "related": related(objects),
+        "related": related_map(objects),
         "finalizing": finalizing,
     }
 
