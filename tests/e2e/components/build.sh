@@ -191,49 +191,61 @@ if want kueue; then
 fi
 
 # ---- metacontroller -------------------------------------------------------------
-# Its go.mod declares the module path `metacontroller`, so it can only be had via a
-# wrapper module:  require metacontroller v0.0.0
-#                  replace metacontroller => github.com/metacontroller/metacontroller <pseudo-version>
-# The Go module proxy reachable here answers 403 "This module version is not
-# available" for every version of github.com/metacontroller/metacontroller, so
-# this step records the refusal (in $dir.unavailable) and carries on; delete that
-# file to ask again.
+# Its go.mod declares the module path `metacontroller` (not a host path), and the Go
+# module proxy reachable here refuses github.com/metacontroller/metacontroller, so the
+# released source comes from the tarball shared beside the repository
+# (../shared/third_party/metacontroller-v4.17.2.tar.gz, checksum verified). Its
+# dependencies are ordinary modules the proxy serves. Without the tarball (a clone
+# elsewhere) the wrapper-module route through the proxy is tried; when both fail the
+# build stops and says what it tried: the e2e suite needs the real component.
+METACONTROLLER_TARBALL="${METACONTROLLER_TARBALL:-$(cd "$HERE/../../.." && pwd)/../shared/third_party/metacontroller-$METACONTROLLER_VERSION.tar.gz}"
+METACONTROLLER_SHA256=71242194978649546c50f6970bc117b883699a46c66f4eb16298bcdbb8b722a3
 if want metacontroller; then
   dir="$COMP/metacontroller-$METACONTROLLER_VERSION"
-  if cached "$dir" metacontroller; then
+  if cached "$dir" metacontroller && [ -f "$dir/crds/metacontroller-crds-v1.yaml" ]; then
     link_bin "$dir" metacontroller; record metacontroller "$METACONTROLLER_VERSION" 0 cached
-  elif [ -f "$dir.unavailable" ] && [ "${FORCE_REBUILD:-0}" != 1 ]; then
-    record metacontroller "$METACONTROLLER_VERSION" 0 "unavailable (see $dir.unavailable)"
   else
     t0=$(date +%s)
     need_go metacontroller
-    w="$CACHE/src/metacontroller-wrapper"
-    rm -rf "$w"; mkdir -p "$w"
-    cat >"$w/go.mod" <<EOF
-module modeldeployment.e2e/components/metacontroller
-
-go 1.26.4
-
-require metacontroller v0.0.0
-
-replace metacontroller => github.com/metacontroller/metacontroller $METACONTROLLER_PSEUDO
-EOF
-    if (cd "$w" && go mod download -json metacontroller >"$w/download.json" 2>&1); then
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/crds"
+    if [ -f "$METACONTROLLER_TARBALL" ]; then
+      got="$(sha256sum "$METACONTROLLER_TARBALL" | cut -d' ' -f1)"
+      if [ "$got" != "$METACONTROLLER_SHA256" ]; then
+        echo "build.sh: $METACONTROLLER_TARBALL has sha256 $got, expected $METACONTROLLER_SHA256" >&2
+        exit 1
+      fi
+      log "building metacontroller $METACONTROLLER_VERSION from $METACONTROLLER_TARBALL"
+      src="$CACHE/src/metacontroller-$METACONTROLLER_VERSION"
+      rm -rf "$src"; mkdir -p "$src"
+      tar xzf "$METACONTROLLER_TARBALL" -C "$src" --strip-components=1
+      (cd "$src" && go build -mod=readonly -trimpath -p "$P" -ldflags "-s -w" \
+          -o "$dir.tmp/metacontroller" ./pkg/cmd/metacontroller) >&2
+    else
+      log "metacontroller: no tarball at $METACONTROLLER_TARBALL; trying the Go module proxy"
+      w="$CACHE/src/metacontroller-wrapper"
+      rm -rf "$w"; mkdir -p "$w"
+      printf '%s\n' "module modeldeployment.e2e/components/metacontroller" "" "go 1.26.4" "" \
+        "require metacontroller v0.0.0" "" \
+        "replace metacontroller => github.com/metacontroller/metacontroller $METACONTROLLER_PSEUDO" >"$w/go.mod"
+      if ! (cd "$w" && go mod download -json metacontroller >"$w/download.json" 2>&1); then
+        {
+          echo "build.sh: cannot build metacontroller $METACONTROLLER_VERSION; tried:"
+          echo "  1. the released source at $METACONTROLLER_TARBALL: absent"
+          echo "  2. the Go module proxy ($GOPROXY) via a wrapper module:"
+          sed 's/^/       /' "$w/download.json"
+          echo "  Set METACONTROLLER_TARBALL to its release tarball (sha256 $METACONTROLLER_SHA256)."
+        } >&2
+        exit 1
+      fi
       src="$(sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' "$w/download.json" | head -1)"
-      rm -rf "$dir.tmp"; mkdir -p "$dir.tmp/crds"
       (cd "$w" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -p "$P" -ldflags "-s -w" \
           -o "$dir.tmp/metacontroller" metacontroller/pkg/cmd/metacontroller) >&2
-      cp "$src"/deploy/helm/metacontroller/crds/*.yaml "$dir.tmp/crds/"
-      chmod -R u+w "$dir.tmp"
-      rm -rf "$dir"; mv "$dir.tmp" "$dir"
-      link_bin "$dir" metacontroller
-      record metacontroller "$METACONTROLLER_VERSION" $(( $(date +%s) - t0 )) built
-    else
-      cp "$w/download.json" "$dir.unavailable"
-      log "metacontroller: the Go module proxy does not serve it:"
-      sed 's/^/    /' "$dir.unavailable" >&2
-      record metacontroller "$METACONTROLLER_VERSION" 0 "unavailable (proxy refused)"
     fi
+    cp "$src"/manifests/production/metacontroller-crds-v1.yaml "$dir.tmp/crds/"
+    chmod -R u+w "$dir.tmp"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    link_bin "$dir" metacontroller
+    record metacontroller "$METACONTROLLER_VERSION" $(( $(date +%s) - t0 )) built
   fi
 fi
 
