@@ -17,8 +17,13 @@ from app.kube.executor import utc_now
 from app.settings import Settings
 from app.world import load_yaml_objects, related_map
 
-DEFAULT_WORLD = Path(__file__).resolve().parent.parent / "examples" / "world"
-CRD_DIR = Path(__file__).resolve().parent.parent / "manifests" / "crds"
+# The example world ships inside the package (a copy of examples/world, kept identical by
+# tests/unit/test_packaging.py), so an installed wheel or the image renders without a source tree.
+DEFAULT_WORLD = Path(__file__).resolve().parent / "data" / "world"
+# `crds` writes into the source tree's CRD directory and the chart's (kept identical); an
+# installed package has neither and needs --out.
+SOURCE_TREE = Path(__file__).resolve().parent.parent
+CRD_DIRS = [SOURCE_TREE / "manifests" / "crds", SOURCE_TREE / "charts" / "modeldeployment" / "crds"]
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -54,7 +59,12 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"error: {md['metadata'].get('name')}: {exc}", file=sys.stderr)
             status = 1
             continue
-        docs = [*result.children, {"status": result.status}]
+        if args.objects_only:
+            # Only Kubernetes objects on stdout (pipe-able into kubectl); the status to stderr.
+            docs = list(result.children)
+            print(f"# status: {md['metadata'].get('name')}: phase {result.status.get('phase')}", file=sys.stderr)
+        else:
+            docs = [*result.children, {"status": result.status}]
         sys.stdout.write(yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False))
         if not args.quiet:
             for intent in result.intents:
@@ -65,10 +75,15 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_crds(args: argparse.Namespace) -> int:
     from app.api.crd import all_crds
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, crd in all_crds().items():
-        (args.out / name).write_text(yaml.safe_dump(crd, sort_keys=False, width=120))
-        print(args.out / name)
+    outs = args.out or [d for d in CRD_DIRS if d.parent.is_dir()]
+    if not outs:
+        print("error: no source tree here to write manifests/crds into: pass --out DIR", file=sys.stderr)
+        return 2
+    for out in outs:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, crd in all_crds().items():
+            (out / name).write_text(yaml.safe_dump(crd, sort_keys=False, width=120))
+            print(out / name)
     return 0
 
 
@@ -134,6 +149,8 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("-f", "--file", type=Path, required=True)
     render.add_argument("--world", type=Path, default=DEFAULT_WORLD)
     render.add_argument("-q", "--quiet", action="store_true", help="do not print side-effect intents")
+    render.add_argument("--objects-only", action="store_true",
+                        help="print only the Kubernetes objects (the status goes to stderr), e.g. to pipe into kubectl")
     render.set_defaults(func=cmd_render)
 
     validate = sub.add_parser("validate", help="run the admission rules on a deployment (and its stored version)")
@@ -143,7 +160,8 @@ def parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     crds = sub.add_parser("crds", help="write the CRDs generated from the models")
-    crds.add_argument("--out", type=Path, default=CRD_DIR)
+    crds.add_argument("--out", type=Path, action="append", default=None,
+                      help="directory to write into (repeatable); default: manifests/crds and the chart's crds/")
     crds.set_defaults(func=cmd_crds)
     return root
 
