@@ -7,6 +7,13 @@ The rules (the user's "Rollout behavior", "Replica departures", "One group per r
 - scale-down sheds the highest ordinals, deleting each departing replica's Pods and its Workload;
 - a replica whose render changed is replaced one per role at a time, and only while every replica
   the role declares holds an admitted Workload (a replacement is a fresh admission);
+- the availability gate (SPEC §9): a Ready replica is turned over only when every *other* replica
+  the role declares is Ready, so an edit never takes more than one serving replica of a role down,
+  however fast Kueue admits and however often Metacontroller calls; a replica that is not Ready
+  serves nothing and is turned over at once, so a rollout that fixes a broken render never stalls
+  on the breakage. The gate reads only the request: a view that lags the last answer (a Pod just
+  omitted still listed, one just created not yet) shows the turned-over ordinal either as it was
+  (the lowest outdated ordinal, chosen again) or as not Ready (which holds every other turnover);
 - a replica that is queued (not admitted) on an obsolete render is superseded at once;
 - a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole, once no
   Pod of its ordinal is left on the API server; its standing Workload is deleted;
@@ -157,7 +164,15 @@ def plan_role(
                 and not inst.terminating and not inst.finished and obs.workload_admitted(workload)
                 and not obs.workload_evicted(workload) and not obs.workload_deleting(workload))
 
-    turnover_allowed = render.hold is None and all(healthy(o) for o in range(replicas))
+    def serving(ordinal: int) -> bool:
+        inst = observed.get(ordinal)
+        return inst is not None and inst.ready(role.size)
+
+    # The admission gate (every declared replica admitted) and, for a Ready replica, the availability
+    # gate (every other declared replica Ready); `ready_turnover_taken` keeps it to one per pass.
+    admission_gate = render.hold is None and all(healthy(o) for o in range(replicas))
+    not_serving = {o for o in range(replicas) if not serving(o)}
+    ready_turnover_taken = False
 
     for ordinal in ordinals:
         group, workload = workload_of(ordinal)
@@ -264,8 +279,13 @@ def plan_role(
             entry.ready = inst.ready(role.size)
             continue
 
-        if turnover_allowed:
-            turnover_allowed = False  # one replica per role per pass
+        is_serving = inst.ready(role.size)
+        if is_serving:
+            turn_over = admission_gate and not ready_turnover_taken and not (not_serving - {ordinal})
+            ready_turnover_taken = ready_turnover_taken or turn_over
+        else:
+            turn_over = render.hold is None  # it serves nothing: replacing it loses nothing
+        if turn_over:
             entry.action = Action.REPLACE
             _let_go(entry)
             plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, inst.occurrence_key(),

@@ -46,10 +46,12 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
         self.sim = Sim(capacity={H20: 10, A10G: 12}, release_after=300, nodes_per_queue=3)
         self.revision = 0
 
-    @initialize(running=st.booleans(), lag=st.booleans())
-    def create(self, running: bool, lag: bool) -> None:
+    @initialize(running=st.booleans(), lag=st.booleans(), views_lag=st.booleans())
+    def create(self, running: bool, lag: bool, views_lag: bool) -> None:
         # Half the runs keep a deleted Workload Terminating until Kueue's next round.
         self.sim.workload_finalizer_lag = lag
+        # Half the runs call the hooks with Metacontroller's informer views, which lag the store.
+        self.sim.lagging = views_lag
         self.sim.apply(pd_pair())
         self.sim.apply(wide_chat())
         if running:
@@ -110,6 +112,24 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
     def sync_answer_lost(self, dep: str) -> None:
         """The hook acted (Workload deletes, events, checks) but Metacontroller timed out."""
         self.sim.sync(dep, answer_lost=True)
+
+    @rule(dep=st.sampled_from(sorted(ROLES)), data=st.data(), calls=st.integers(2, 6))
+    def sync_burst(self, dep: str, data: st.DataObject, calls: int) -> None:
+        """Metacontroller's real call pattern: many passes in a row, each on whatever part of the
+        store the informer has caught up with (any subset, in any order), Kueue acting between."""
+        for _ in range(calls):
+            lagging = self.sim.lagging_pod_names()
+            if lagging:
+                self.sim.catch_up(data.draw(st.lists(st.sampled_from(lagging), unique=True), label="caught up"))
+            self.sim.sync(dep)
+            if data.draw(st.booleans(), label="kueue acts"):
+                self.sim.kueue()
+
+    @rule(data=st.data())
+    def informer_catch_up(self, data: st.DataObject) -> None:
+        lagging = self.sim.lagging_pod_names()
+        if lagging:
+            self.sim.catch_up(data.draw(st.lists(st.sampled_from(lagging), unique=True), label="caught up"))
 
     @rule()
     def sync_all(self) -> None:

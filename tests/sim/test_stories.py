@@ -165,6 +165,57 @@ def test_image_edit_rolls_one_replica_per_role_at_a_time() -> None:
     sim.check_departure_events()
 
 
+def ready_replicas(sim: Sim, name: str, role: str, replicas: int) -> int:
+    return sum(1 for o in range(replicas) if sim._instance_ready(name, role, o))
+
+
+def test_a_rollout_under_metacontrollers_call_pattern_keeps_all_but_one_replica_ready() -> None:
+    """Metacontroller calls sync many times a second, each on an informer view that lags its last
+    answer, and Kueue admits a replacement at once; the kubelet takes its time. Issue 11 saw every
+    replica of a 3-replica role go down within a second under the admission-only gate."""
+    sim = Sim(capacity={A10G: 8})
+    sim.apply(chat(3))
+    running(sim, "qwen-chat")
+    sim.lagging = True
+    sim.catch_up()
+    set_image(sim, "qwen-chat", "example.com/vllm:v2")
+    lowest = 3
+    for _ in range(40):
+        for call in range(25):  # one second of a rollout
+            # The informer catches up with every other object only: views mix old and new.
+            sim.catch_up(sim.lagging_pod_names()[call % 2::2])
+            sim.sync("qwen-chat")
+            sim.kueue()  # a replacement's Workload is admitted within milliseconds
+            lowest = min(lowest, ready_replicas(sim, "qwen-chat", "server", 3))
+        sim.kubelet()  # the slow part: a replica becomes Ready only now
+        sim.check_global()
+        sim.advance(1)
+    assert lowest >= 2, "more than one serving replica went down at once"
+    sim.lagging = False
+    sim.settle(rounds=80)
+    assert {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")} == {"example.com/vllm:v2"}
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+
+
+def test_a_rollout_fixing_a_broken_render_replaces_every_not_ready_replica_at_once() -> None:
+    """Replicas that serve nothing (a crash loop on a bad image) are no reason to wait: a fix rolls
+    them all in one pass, while a Ready replica still waits for the others."""
+    sim = Sim(capacity={A10G: 8})
+    sim.apply(chat(3))
+    running(sim, "qwen-chat")
+    for ordinal in (1, 2):  # two replicas crash-loop: Running but never Ready
+        for pod in sim.replica_pods("qwen-chat", "server", ordinal):
+            sim._set_pod_status(pod, "Running", False)
+    set_image(sim, "qwen-chat", "example.com/vllm:fixed")
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    turned_over = sorted(int(n.split("-r")[1].split("-")[0]) for n in record.deleted)
+    assert turned_over == [1, 2]  # r0 is Ready: it waits until r1 and r2 serve again
+    sim.settle(rounds=80)
+    assert {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")} == {"example.com/vllm:fixed"}
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+
+
 def test_an_edit_during_a_queued_replacement_supersedes_it() -> None:
     sim = Sim(capacity={A10G: 4})
     sim.apply(chat(2))

@@ -19,12 +19,20 @@ ModelDeployments and plays, step by step, the parts of the system the hooks serv
   already Ready, as the real scheduler does); evicts on a Retry check or on preemption
   (resetting the checks to Pending and stopping the ungated Pods); deleting a Workload stops
   its Pods and strips their finalizers.
+- **Metacontroller's informer** (`Sim.lagging`, `Sim.catch_up`): with `lagging` on, a hook request
+  lists the Pods as an informer cache has them, not as the store has them. The cache catches up
+  object by object (`catch_up(names)`), so a view may lag the last answer (a Pod just omitted still
+  listed, one just created not yet) and mix old and new versions of different Pods; each Pod's
+  cached version only moves forward. Metacontroller deletes only what its view lists and omitted,
+  and a create of a Pod that exists unseen fails with AlreadyExists (nothing changes).
 - **The kubelet and the node lifecycle controller** (`Sim.kubelet`): Pods of an admitted group
   are ungated, bound and become Running+Ready; a NotReady node leaves its Pods Running but not
   Ready and never confirms their deletion; a deleted Node has its Pods force-deleted.
 
-Every hook pass is checked against the invariants of issue 6 (see `Sim._check_pass` and
-`Sim._check_intent`); a violation raises `InvariantViolation` with the trace of recent steps.
+Every hook pass is checked against the invariants of issues 6 and 11 (see `Sim._check_pass` and
+`Sim._check_intent`; among them: never more than one Ready replica of a role lost to a turnover,
+judged on the store whatever the views said, and nothing deleted without a reason the request
+shows); a violation raises `InvariantViolation` with the trace of recent steps.
 """
 
 from __future__ import annotations
@@ -218,7 +226,11 @@ class Sim:
         self.trace: list[str] = []
         self.incarnations: dict[tuple[str, str, int], Incarnation] = {}
         self.all_incarnations: list[Incarnation] = []
-        self.turnover: dict[tuple[str, str], set[int]] = defaultdict(set)
+        # (deployment, role) -> ordinals whose Ready instance an answer deleted (a turnover) and that
+        # are not Ready again yet: the availability invariant allows at most one per role.
+        self.lost_ready: dict[tuple[str, str], set[int]] = defaultdict(set)
+        self.lagging = False
+        self.informer: dict[str, dict[str, Any]] = {}  # pod name -> the cached version
         self.last_input: dict[str, bytes] = {}
         self.last_facts: dict[str, dict[str, tuple[str, str | None]]] = {}
         self.customize_cache: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -369,10 +381,29 @@ class Sim:
         return [p for p in self.pods.values() if p["metadata"].get("ownerUid") == uid or
                 (uid is None and labels(p).get(vocab.LABEL_INSTANCE) == deployment)]
 
+    def catch_up(self, pod_names: Iterable[str] | None = None) -> None:
+        """The informer cache takes in the store's current version of these Pods (default: all)."""
+        for name in sorted(set(self.pods) | set(self.informer) if pod_names is None else pod_names):
+            if name in self.pods:
+                self.informer[name] = copy.deepcopy(self.pods[name])
+            else:
+                self.informer.pop(name, None)
+
+    def lagging_pod_names(self) -> list[str]:
+        """Pods whose cached version differs from the store's."""
+        return sorted(n for n in set(self.pods) | set(self.informer)
+                      if dumps(self.pods.get(n)) != dumps(self.informer.get(n)))
+
+    def _view_pods(self, deployment: str) -> list[dict[str, Any]]:
+        if not self.lagging:
+            return self.pods_of(deployment)
+        uid = self.parents[deployment]["metadata"]["uid"]
+        return [p for p in self.informer.values() if p["metadata"].get("ownerUid") == uid]
+
     def children_of(self, parent: dict[str, Any]) -> dict[str, dict[str, Any]]:
         name = parent["metadata"]["name"]
         children: dict[str, dict[str, Any]] = {vocab.CHILD_PODS: {}, vocab.CHILD_SERVICES: {}}
-        for pod in sorted(self.pods_of(name), key=lambda p: p["metadata"]["name"]):
+        for pod in sorted(self._view_pods(name), key=lambda p: p["metadata"]["name"]):
             view = copy.deepcopy(pod)
             view["metadata"].pop("ownerUid", None)
             children[vocab.CHILD_PODS][f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = view
@@ -453,7 +484,7 @@ class Sim:
             self.note(f"sync {name}: the answer was lost after {len(result.intents)} intents")
             self.last_input.pop(name, None)
             return PassRecord(name, self.t, result, "answer lost", [], [], list(result.intents))
-        created, _ = self._apply_children(parent, result.children, facts)
+        created, _ = self._apply_children(parent, result.children, facts, request)
         parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
         if self.check_determinism:
             # Remembered only once the status is written: what the next pass compares against.
@@ -486,23 +517,33 @@ class Sim:
         return {names.pod_group(ns, name, r["name"], o) for r in md["spec"]["roles"] for o in range(upto)}
 
     def _apply_children(self, parent: dict[str, Any], children: list[dict[str, Any]],
-                        facts: dict[str, tuple[str, str | None]]) -> tuple[list[str], list[str]]:
+                        facts: dict[str, tuple[str, str | None]], request: HookRequest) -> tuple[list[str], list[str]]:
+        """Metacontroller's apply: against the children its request listed (its informer's view)."""
         name = parent["metadata"]["name"]
         uid = parent["metadata"]["uid"]
         desired_pods = {c["metadata"]["name"]: c for c in children if c["kind"] == "Pod"}
         if len(desired_pods) != sum(1 for c in children if c["kind"] == "Pod"):
             self.fail(f"sync {name}: two desired Pods share a name")
-        observed = {p["metadata"]["name"]: p for p in self.pods_of(name)}
+        observed = {p["metadata"]["name"]: p for p in (request.children.get(vocab.CHILD_PODS) or {}).values()}
         deleted = []
         for pod_name, pod in sorted(observed.items()):
-            if pod_name not in desired_pods and not deleting(pod):
+            if pod_name not in desired_pods and not deleting(pod) and pod_name in self.pods:
                 deleted.append(pod_name)
+                self._note_lost_ready(parent, self.pods[pod_name], request.finalizing)
                 self._delete_pod(pod_name)
         created = []
         for pod_name, desired in sorted(desired_pods.items()):
             if pod_name in observed:
                 if deleting(observed[pod_name]):
                     self.fail(f"sync {name}: returned Pod {pod_name}, which is terminating, as desired")
+                continue
+            if pod_name in self.pods:
+                self.note(f"create Pod {pod_name}: AlreadyExists (the view had not listed it yet)")
+                continue
+            if self.lagging and self._unseen_in_ordinal(desired, observed):
+                # The ordinal holds Pods the view did not list yet (created by an earlier answer on
+                # another render): Kueue counts the new Pod as excess of the group and deletes it.
+                self.note(f"create Pod {pod_name}: excess beside unseen Pods of its ordinal; Kueue deletes it")
                 continue
             created.append(pod_name)
             self._create_pod(parent, desired)
@@ -524,6 +565,30 @@ class Sim:
                 obj["status"] = previous["status"]
             self.other_children[key] = obj
         return created, deleted
+
+    @staticmethod
+    def _view_ready(pods: list[dict[str, Any]], size: int) -> bool:
+        return len(pods) == size and all(not deleting(p) and cond_true(p, "Ready") for p in pods)
+
+    def _unseen_in_ordinal(self, desired: dict[str, Any], observed: dict[str, dict[str, Any]]) -> bool:
+        key = pod_ordinal(desired)
+        return any(p["metadata"]["name"] not in observed for p in self._ordinal_pods(*key))
+
+    def _instance_ready(self, deployment: str, role: str, ordinal: int) -> bool:
+        """In the store: every member of the instance exists, is not deleted and is Ready."""
+        spec_role = next((r for r in self.parents[deployment]["spec"]["roles"] if r["name"] == role), None)
+        pods = self._ordinal_pods(deployment, role, ordinal)
+        return (spec_role is not None and len(pods) == int(spec_role.get("size", 1))
+                and all(not deleting(p) and cond_true(p, "Ready") for p in pods))
+
+    def _note_lost_ready(self, parent: dict[str, Any], pod: dict[str, Any], finalizing: bool) -> None:
+        """An answer deletes a Pod of a declared replica that is serving: a Ready replica lost."""
+        deployment, role, ordinal = pod_ordinal(pod)
+        spec_role = next((r for r in parent["spec"]["roles"] if r["name"] == role), None)
+        if finalizing or spec_role is None or ordinal >= int(spec_role.get("replicas", 1)):
+            return  # a deletion or a scale-down removes replicas by the user's word
+        if self._instance_ready(deployment, role, ordinal):
+            self.lost_ready[(deployment, role)].add(ordinal)
 
     # --- Pods on the API server ----------------------------------------------------------------
 
@@ -975,7 +1040,9 @@ class Sim:
             self.sync(name)
 
     def step(self, seconds: float = 5.0) -> None:
-        """One round of the whole system: hooks, Kueue, kubelet, then time passes."""
+        """One round of the whole system: hooks, Kueue, kubelet, then time passes (the informer
+        has caught up by then)."""
+        self.catch_up()
         self.sync_all()
         self.kueue()
         self.kubelet()
@@ -998,19 +1065,19 @@ class Sim:
 
     def check_global(self) -> None:
         """What must hold in the store at every moment."""
-        for (deployment, role), ordinals in list(self.turnover.items()):
-            # An ordinal leaves turnover once its new incarnation holds an admitted Workload.
-            if deployment not in self.parents:
-                del self.turnover[(deployment, role)]
+        for (deployment, role), ordinals in list(self.lost_ready.items()):
+            # An ordinal is whole again once its instance is Ready (or the user scaled it away).
+            parent = self.parents.get(deployment)
+            if parent is None or deleting(parent):
+                del self.lost_ready[(deployment, role)]
                 continue
-            ns = self.parents[deployment]["metadata"]["namespace"]
+            spec_role = next((r for r in parent["spec"]["roles"] if r["name"] == role), {})
             for ordinal in list(ordinals):
-                wl = self.workloads.get(names.pod_group(ns, deployment, role, ordinal))
-                pods = self._ordinal_pods(deployment, role, ordinal)
-                if admitted(wl) and pods and not any(deleting(p) for p in pods):
+                if ordinal >= int(spec_role.get("replicas", 1)) or self._instance_ready(deployment, role, ordinal):
                     ordinals.discard(ordinal)
             if len(ordinals) > 1:
-                self.fail(f"{deployment}/{role}: {len(ordinals)} rollout replacements unresolved at once: {sorted(ordinals)}")
+                self.fail(f"{deployment}/{role}: {len(ordinals)} Ready replicas lost to turnovers at once: "
+                          f"{sorted(ordinals)} (the availability gate)")
         for name, pod in self.pods.items():
             if not deleting(pod) and name in self.created_from:
                 stored = {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "schedulingGates")}
@@ -1077,23 +1144,22 @@ class Sim:
                           f"({hold})")
             if wl is not None and group not in deletes:
                 self.fail(f"sync {name}: replica {role}/{ordinal} deleted ({why}) without deleting its Workload {group}")
-            if why == "rollout":
+            if why == "rollout" and self._view_ready(pods, size):
                 replaced[role].append(ordinal)
+        # The availability gate, judged on the view the pass had: a Ready replica is turned over only
+        # when every other declared replica is Ready and admitted, one per role per pass (a replica
+        # that is not Ready serves nothing and may go at once).
         for role, ordinals in replaced.items():
             if len(ordinals) > 1:
-                self.fail(f"sync {name}: {len(ordinals)} replicas of role {role} turned over in one pass: {ordinals}")
+                self.fail(f"sync {name}: {len(ordinals)} Ready replicas of role {role} turned over in one pass: {ordinals}")
+            size = int(roles[role].get("size", 1))
             for other in range(int(roles[role].get("replicas", 1))):
-                pods = by_ordinal.get((role, other), [])
+                if other == ordinals[0]:
+                    continue
                 wl = self.workloads.get(names.pod_group(ns, name, role, other))
-                ok = (pods and all(not deleting(p) for p in pods) and len(pods) == int(roles[role].get("size", 1))
-                      and admitted(wl))
-                if not ok:
-                    self.fail(f"sync {name}: role {role} turned over ordinal {ordinals[0]} while ordinal {other} "
-                              f"holds no admitted Workload (the cadence guard)")
-            unresolved = self.turnover[(name, role)] - set(ordinals)
-            if unresolved:
-                self.fail(f"sync {name}: role {role} turned over {ordinals} while {sorted(unresolved)} is unresolved")
-            self.turnover[(name, role)].update(ordinals)
+                if not (self._view_ready(by_ordinal.get((role, other), []), size) and admitted(wl)):
+                    self.fail(f"sync {name}: role {role} turned over Ready ordinal {ordinals[0]} while ordinal {other} "
+                              f"is not Ready and admitted (the availability and cadence gates)")
         # Shed ordinals: their Workloads are deleted even when customize no longer lists them.
         if not finalizing:
             for role, spec_role in roles.items():
