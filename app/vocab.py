@@ -72,6 +72,8 @@ CONNECTOR_MOONCAKE = "Mooncake"
 
 TRANSFER_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM")
 BACKEND_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA")
+# InstanceType status.detail.manufacturer of an Ascend pool (vLLM names its own connectors there).
+MANUFACTURER_ASCEND = "ascend"
 
 # --- Labels ----------------------------------------------------------------------------------
 

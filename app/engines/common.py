@@ -8,9 +8,14 @@ from typing import Any
 
 from app import vocab
 from app.api.v1 import Role
-from app.render.context import DeploymentContext
+from app.render.context import STORE_PROTOCOL, DeploymentContext
 
-KV_ROLE = {vocab.ROLE_KIND_SERVER: "kv_both", vocab.ROLE_KIND_PREFILL: "kv_producer", vocab.ROLE_KIND_DECODE: "kv_consumer"}
+# The store connector's kv_role (SPEC §6): a prefiller both saves to the store and loads the
+# prefixes the pool already holds, so it is kv_both like a Server; a decoder only loads.
+STORE_KV_ROLE = {vocab.ROLE_KIND_SERVER: "kv_both", vocab.ROLE_KIND_PREFILL: "kv_both",
+                 vocab.ROLE_KIND_DECODE: "kv_consumer"}
+# The direct P/D leg's kv_role, also the outer role of a MultiConnector.
+LEG_KV_ROLE = {vocab.ROLE_KIND_PREFILL: "kv_producer", vocab.ROLE_KIND_DECODE: "kv_consumer"}
 
 
 @dataclass
@@ -69,13 +74,31 @@ def transfer_leg_rendered(ctx: DeploymentContext, role: Role) -> bool:
     return ctx.routed_pair and role.managed and role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE)
 
 
+# The kvTransfer/backend protocol whose transport an Ascend pool runs (the store spells it `ascend`).
+ASCEND_PROTOCOL = "CANN"
+
+
+def on_ascend(ctx: DeploymentContext, role: Role) -> bool:
+    """The role's InstanceType is an Ascend pool (observed manufacturer), where vLLM names other connectors."""
+    instance_type = ctx.world.instance_types.get(role.instance_type)
+    manufacturer = instance_type.status.detail.manufacturer if instance_type is not None else None
+    return (manufacturer or "").lower() == vocab.MANUFACTURER_ASCEND
+
+
+def leg_protocol(ctx: DeploymentContext, role: Role) -> str:
+    """The effective transport of the role's direct leg: `ascend` for vLLM on an Ascend pool (SPEC §6)."""
+    if ctx.md.spec.engine.name == vocab.ENGINE_VLLM and on_ascend(ctx, role):
+        return STORE_PROTOCOL[ASCEND_PROTOCOL]
+    return ctx.transfer_protocol
+
+
 def role_protocols(ctx: DeploymentContext, role: Role) -> frozenset[str]:
     """Transports this role's engine actually renders: the cache backend's and the direct leg's."""
     protocols: set[str] = set()
     if cache_rendered(ctx, role) and ctx.attachment is not None:
         protocols.add(ctx.attachment.protocol)
     if transfer_leg_rendered(ctx, role):
-        protocols.add(ctx.transfer_protocol)
+        protocols.add(leg_protocol(ctx, role))
     return frozenset(protocols)
 
 

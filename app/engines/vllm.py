@@ -7,13 +7,16 @@ from typing import Any
 from app import vocab
 from app.api.v1 import Role
 from app.engines.common import (
-    KV_ROLE,
+    LEG_KV_ROLE,
+    STORE_KV_ROLE,
     EngineRender,
     cache_rendered,
     compact_json,
     dtype_rendered,
     kv_events_rendered,
+    leg_protocol,
     model_arguments,
+    on_ascend,
     tenant,
     transfer_leg_rendered,
     value_env,
@@ -22,6 +25,10 @@ from app.render.context import DeploymentContext
 
 STORE_CONNECTOR = "MooncakeStoreConnector"
 DIRECT_CONNECTOR = "MooncakeConnector"
+# On an Ascend pool only the connector names change (SPEC §6): vllm-ascend's registered names.
+ASCEND_STORE_CONNECTOR = "AscendStoreConnector"
+ASCEND_STORE_BACKEND = "mooncake"
+ASCEND_DIRECT_CONNECTOR = "MooncakeConnectorV1"
 MULTI_CONNECTOR = "MultiConnector"
 LOCAL_BUFFER_SIZE = 134217728
 
@@ -55,19 +62,37 @@ def kv_events_config() -> dict[str, Any]:
     }
 
 
+def direct_connector(ctx: DeploymentContext, role: Role) -> dict[str, Any]:
+    """The direct P/D leg, told its effective transport (else it runs on the engine's default one)."""
+    name = ASCEND_DIRECT_CONNECTOR if on_ascend(ctx, role) else DIRECT_CONNECTOR
+    return {"kv_connector": name, "kv_role": LEG_KV_ROLE[role.kind],
+            "kv_connector_extra_config": {"mooncake_protocol": leg_protocol(ctx, role)}}
+
+
+def store_connector(ctx: DeploymentContext, role: Role) -> dict[str, Any]:
+    """The Mooncake store connector; vllm-ascend's on an Ascend pool, which names its store backend."""
+    if on_ascend(ctx, role):
+        return {"kv_connector": ASCEND_STORE_CONNECTOR, "kv_role": STORE_KV_ROLE[role.kind],
+                "kv_connector_extra_config": {"backend": ASCEND_STORE_BACKEND}}
+    return {"kv_connector": STORE_CONNECTOR, "kv_role": STORE_KV_ROLE[role.kind]}
+
+
 def kv_transfer_config(ctx: DeploymentContext, role: Role) -> dict[str, Any] | None:
-    """Store connector for a cache, direct connector for a routed pair, both through MultiConnector."""
-    kv_role = KV_ROLE[role.kind]
+    """Store connector for a cache, direct connector for a routed pair, both through MultiConnector.
+
+    Inside a MultiConnector the outer role is the direct leg's (kv_producer/kv_consumer); the store
+    connector keeps its own (kv_both on a prefiller)."""
     connectors = []
     if transfer_leg_rendered(ctx, role):
-        connectors.append({"kv_connector": DIRECT_CONNECTOR, "kv_role": kv_role})
+        connectors.append(direct_connector(ctx, role))
     if cache_rendered(ctx, role):
-        connectors.append({"kv_connector": STORE_CONNECTOR, "kv_role": kv_role})
+        connectors.append(store_connector(ctx, role))
     if not connectors:
         return None
     if len(connectors) == 1:
         return connectors[0]
-    return {"kv_connector": MULTI_CONNECTOR, "kv_role": kv_role, "kv_connector_extra_config": {"connectors": connectors}}
+    return {"kv_connector": MULTI_CONNECTOR, "kv_role": LEG_KV_ROLE[role.kind],
+            "kv_connector_extra_config": {"connectors": connectors}}
 
 
 def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
@@ -103,7 +128,7 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
     if transfer_leg_rendered(ctx, role):
         out.env.append(value_env(vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, str(vocab.PREFILL_BOOTSTRAP_PORT)))
         out.defaulted_env.setdefault(vocab.ENV_MC_TE_METRIC, "1")
-        if ctx.transfer_protocol == "tcp":
+        if leg_protocol(ctx, role) == "tcp":
             out.defaulted_env[vocab.ENV_MC_FORCE_TCP] = "1"
         if role.kind == vocab.ROLE_KIND_PREFILL:
             out.ports.append(("bootstrap", vocab.PREFILL_BOOTSTRAP_PORT))

@@ -183,15 +183,15 @@ def _volumes(role: Role, engine: EngineRender) -> tuple[list[dict[str, Any]], li
 
 
 def _probes(ports: Ports) -> dict[str, Any]:
-    """Probes follow the external listener; behind the proxy, readiness goes through it."""
+    """All three probes follow the external listener (SPEC §11); behind the routing proxy they go
+    through it to the engine, so a decoder is Ready (and alive) only when the proxy reaches it."""
     external = {"httpGet": {"path": PROXIED_READINESS_PATH if ports.proxied else vocab.HEALTH_PATH,
                             "port": ports.container}}
-    engine = {"httpGet": {"path": vocab.HEALTH_PATH, "port": ports.engine}}
     return {
         "startupProbe": {**external, "periodSeconds": STARTUP_PERIOD_SECONDS,
                          "failureThreshold": STARTUP_FAILURE_THRESHOLD},
         "readinessProbe": {**external, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**engine, "periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": {**external, "periodSeconds": 10, "failureThreshold": 3},
     }
 
 
@@ -242,7 +242,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     try:
         resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
     except ResourceError as exc:
-        raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=False) from exc
+        raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=exc.resolves_later) from exc
     volumes, mounts = _volumes(role, rendered)
 
     container: dict[str, Any] = {

@@ -20,7 +20,11 @@ EFA = "vpc.amazonaws.com/efa"
 
 
 class ResourceError(Exception):
-    pass
+    """A Pod's resources cannot be computed. `resolves_later`: the InstanceType's status may still converge."""
+
+    def __init__(self, message: str, *, resolves_later: bool = False) -> None:
+        super().__init__(message)
+        self.resolves_later = resolves_later
 
 
 @dataclass(frozen=True)
@@ -61,14 +65,29 @@ def _share_of_card(resources: RoleResources, instance_type: InstanceType, mode: 
     if mode.kind == "slice":
         percent = resources.accelerator_sliced_memory_percentage or resources.accelerator_sliced_cores_percentage or 0
         return Decimal(percent) / 100
-    profile = next((p for p in instance_type.status.detail.sliced_detail.physical.profiles
-                    if p.name == resources.accelerator_partitioned_profile), None)
-    card_memory = instance_type.status.detail.memory
-    if profile is None or not profile.memory_mib or card_memory is None:
-        return Decimal(1)
-    card_mib = quantity.parse(card_memory) / 2**20
+    return _partition_share(resources.accelerator_partitioned_profile or "", instance_type)
+
+
+def _partition_share(name: str, instance_type: InstanceType) -> Decimal:
+    """Profile memory ÷ card memory, clamped to 1–100 %. Unknown memory is not a whole card: the
+    type's status has not converged, so the render waits (a retryable failure) rather than guess."""
+    detail = instance_type.status.detail
+    profile = next((p for p in detail.sliced_detail.physical.profiles if p.name == name), None)
+    try:
+        card_mib = quantity.parse(detail.memory) / 2**20 if detail.memory is not None else Decimal(0)
+    except quantity.QuantityError:
+        card_mib = Decimal(0)
+    missing = []
+    if profile is None or not profile.memory_mib:
+        missing.append(f"the memory of partition profile {name!r} (status.detail.slicedDetail.physical.profiles)")
     if card_mib <= 0:
-        return Decimal(1)
+        missing.append("the memory of one card (status.detail.memory)")
+    if missing:
+        raise ResourceError(
+            f"InstanceType {instance_type.metadata.name!r} has not published {' and '.join(missing)}, which sizes "
+            "the Pod's CPU and memory; the render is retried once the type's status converges",
+            resolves_later=True)
+    assert profile is not None and profile.memory_mib
     percent = min(max((Decimal(profile.memory_mib) / card_mib * 100), Decimal(1)), Decimal(100))
     return percent / 100
 

@@ -39,7 +39,7 @@ def first_pod(result, role: str | None = None):
     raise AssertionError("no pod")
 
 
-@pytest.mark.parametrize("kind,other,kv_role", [("Server", None, "kv_both"), ("Prefill", "Decode", "kv_producer"),
+@pytest.mark.parametrize("kind,other,kv_role", [("Server", None, "kv_both"), ("Prefill", "Decode", "kv_both"),
                                                  ("Decode", "Prefill", "kv_consumer")])
 def test_vllm_renders_the_store_connector_and_the_client_file(kind, other, kv_role):
     result = sync(cached("vLLM", kind, other=other))

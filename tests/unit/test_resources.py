@@ -6,7 +6,7 @@ import pytest
 
 from app.api.cluster import InstanceType
 from app.api.v1 import RoleResources
-from app.render.resources import pod_resources
+from app.render.resources import ResourceError, pod_resources
 from tests.conftest import world_objects
 
 
@@ -47,6 +47,49 @@ def test_partition_scales_by_profile_memory_over_card_memory():
     assert got["nvidia.com/gpu.partitioned"] == "1"
     assert got["nvidia.com/gpu.partitioned.mig-3g.48gb"] == "1"
     assert got["cpu"] == "8" and got["memory"] == "64Gi"  # 48 of 96 GiB
+
+
+def _unknown_profile_memory(t: InstanceType) -> None:
+    t.status.detail.sliced_detail.physical.profiles[1].memory_mib = None
+
+
+def _unknown_card_memory(t: InstanceType) -> None:
+    t.status.detail.memory = None
+
+
+def _profile_not_listed(t: InstanceType) -> None:
+    t.status.detail.sliced_detail.physical.profiles = t.status.detail.sliced_detail.physical.profiles[:1]
+
+
+@pytest.mark.parametrize("unknown,says", [
+    (_unknown_profile_memory, "memory of partition profile '3g.48gb'"),
+    (_unknown_card_memory, "memory of one card (status.detail.memory)"),
+    (_profile_not_listed, "memory of partition profile '3g.48gb'"),
+])
+def test_partition_of_unknown_memory_is_a_retryable_failure_not_a_whole_card(unknown, says):
+    h20 = _type(H20)
+    unknown(h20)
+    with pytest.raises(ResourceError) as raised:
+        pod_resources(RoleResources(accelerator=1, accelerator_partitioned_profile="3g.48gb"), h20, frozenset())
+    assert raised.value.resolves_later
+    assert says in str(raised.value) and "retried once the type's status converges" in str(raised.value)
+
+
+def test_partition_of_unknown_memory_fails_the_sync_with_a_render_failed_event():
+    from app import vocab
+    from app.control.sync import SyncFailed
+    from tests.helpers import parent, sync
+
+    world = copy.deepcopy(world_objects())
+    h20 = next(o for o in world if o["metadata"]["name"] == H20)
+    for profile in h20["status"]["detail"]["slicedDetail"]["physical"]["profiles"]:
+        profile.pop("memoryMib", None)
+    md = parent("qwen-chat")
+    md["spec"]["roles"][0].update(instanceType=H20, resources={"accelerator": 1, "acceleratorPartitionedProfile": "3g.48gb"})
+    with pytest.raises(SyncFailed) as raised:
+        sync(md, world=world)
+    assert raised.value.resolves_later
+    assert any(getattr(i, "reason", None) == vocab.EVENT_RENDER_FAILED for i in raised.value.intents)
 
 
 def test_ephemeral_storage_is_capped_by_local_storage():

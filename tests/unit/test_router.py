@@ -136,18 +136,76 @@ def test_sglang_transfer_leg(protocol, backend):
         assert not parsed.unknown and not parsed.ambiguous
 
 
-@pytest.mark.parametrize("cache,expected", [
-    (False, {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"}),
-    (True, {"kv_connector": "MultiConnector", "kv_role": "kv_producer", "kv_connector_extra_config": {"connectors": [
-        {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"},
-        {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_producer"}]}}),
+TCP_LEG = {"mooncake_protocol": "tcp"}
+
+
+@pytest.mark.parametrize("cache,kind,expected", [
+    (False, "prefill", {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer",
+                        "kv_connector_extra_config": TCP_LEG}),
+    (False, "decode", {"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer",
+                       "kv_connector_extra_config": TCP_LEG}),
+    # Inside a MultiConnector the outer and direct-leg roles are the leg's; the prefiller's store is kv_both.
+    (True, "prefill", {"kv_connector": "MultiConnector", "kv_role": "kv_producer", "kv_connector_extra_config": {
+        "connectors": [{"kv_connector": "MooncakeConnector", "kv_role": "kv_producer",
+                        "kv_connector_extra_config": TCP_LEG},
+                       {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}]}}),
+    (True, "decode", {"kv_connector": "MultiConnector", "kv_role": "kv_consumer", "kv_connector_extra_config": {
+        "connectors": [{"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer",
+                        "kv_connector_extra_config": TCP_LEG},
+                       {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_consumer"}]}}),
 ])
-def test_vllm_transfer_leg_connectors(cache, expected):
+def test_vllm_transfer_leg_connectors(cache, kind, expected):
     result = sync(pair("vLLM", "llm-d-router", cache=cache))
-    argv = engine(role_pod(result, "prefill"))["command"]
+    argv = engine(role_pod(result, kind))["command"]
     assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == expected
     parsed = engine_argv.parse_argv("vLLM", argv[3:])
     assert not parsed.unknown and not parsed.ambiguous
+
+
+def _leg(result, kind: str) -> dict:
+    argv = engine(role_pod(result, kind))["command"]
+    document = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    if document["kv_connector"] == "MultiConnector":
+        return document["kv_connector_extra_config"]["connectors"][0]
+    return document
+
+
+@pytest.mark.parametrize("protocol,written", [(None, "tcp"), ("Auto", "tcp"), ("TCP", "tcp"), ("RDMA", "rdma"),
+                                              ("EFA", "efa"), ("CANN", "ascend"), ("ROCM", "hip")])
+@pytest.mark.parametrize("cache", [False, True])
+def test_vllm_direct_leg_is_told_the_effective_protocol(protocol, written, cache):
+    result = sync(pair("vLLM", "llm-d-router", cache=cache, protocol=protocol))
+    for kind in ("prefill", "decode"):
+        assert _leg(result, kind)["kv_connector_extra_config"] == {"mooncake_protocol": written}
+
+
+def ascend_pair(*, cache: bool, protocol: str | None = None) -> dict:
+    md = pair("vLLM", "llm-d-router", cache=cache, protocol=protocol)
+    for role in md["spec"]["roles"]:
+        role["instanceType"] = "gpustack-ascend-910b-linux-arm64"
+        role["resources"] = {"accelerator": 2}
+    return md
+
+
+@pytest.mark.parametrize("protocol", [None, "CANN"])
+def test_vllm_on_an_ascend_pool_names_the_ascend_connectors(protocol):
+    result = sync(ascend_pair(cache=True, protocol=protocol))
+    for kind, leg_role, store_role in (("prefill", "kv_producer", "kv_both"), ("decode", "kv_consumer", "kv_consumer")):
+        argv = engine(role_pod(result, kind))["command"]
+        document = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+        assert document == {"kv_connector": "MultiConnector", "kv_role": leg_role, "kv_connector_extra_config": {
+            "connectors": [
+                {"kv_connector": "MooncakeConnectorV1", "kv_role": leg_role,
+                 "kv_connector_extra_config": {"mooncake_protocol": "ascend"}},
+                {"kv_connector": "AscendStoreConnector", "kv_role": store_role,
+                 "kv_connector_extra_config": {"backend": "mooncake"}}]}}
+        assert vocab.ENV_MC_FORCE_TCP not in env_of(engine(role_pod(result, kind)))
+
+
+def test_vllm_leg_alone_on_an_ascend_pool():
+    result = sync(ascend_pair(cache=False))
+    assert _leg(result, "prefill") == {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer",
+                                       "kv_connector_extra_config": {"mooncake_protocol": "ascend"}}
 
 
 @pytest.mark.parametrize("protocol,force_tcp", [(None, True), ("RDMA", False), ("EFA", False)])
@@ -196,8 +254,9 @@ def test_routed_vllm_decoder_runs_the_routing_proxy_in_front_of_the_engine():
     assert "--model-server-port=8200" in proxy["args"] and "--kv-connector=mooncake" in proxy["args"]
     c = engine(pod)
     assert c["command"][c["command"].index("--port") + 1] == "8200"
-    assert c["readinessProbe"]["httpGet"] == {"path": "/v1/models", "port": 8000}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8200}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        # All three follow the external listener: the proxy, through it to the engine.
+        assert c[probe]["httpGet"] == {"path": "/v1/models", "port": 8000}, probe
     decode_svc = next(s for s in services(result) if s["metadata"]["name"] == "pd-demo-decode")
     assert decode_svc["spec"]["ports"][0]["targetPort"] == 8000
     assert "initContainers" not in role_pod(result, "prefill")["spec"]
