@@ -8,7 +8,7 @@
 #
 # Usage: tests/e2e/components/build.sh [component ...]
 #   components: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
-#               kwok kueue metacontroller (default: all)
+#               kwok kueue metacontroller helm (default: all)
 # Env:
 #   MODELDEPLOYMENT_CACHE  cache root (default ~/.cache/modeldeployment)
 #   BUILD_PARALLELISM      go build -p value (default: number of cores, max 2)
@@ -24,6 +24,7 @@ KWOK_VERSION=v0.8.0
 KUEUE_VERSION=v0.19.0
 METACONTROLLER_VERSION=v4.17.2
 METACONTROLLER_PSEUDO=v0.0.0-20260813213314-76b818bdc67b   # commit of tag v4.17.2
+HELM_VERSION=v3.22.0
 
 CACHE="${MODELDEPLOYMENT_CACHE:-$HOME/.cache/modeldeployment}"
 COMP="$CACHE/components"
@@ -246,6 +247,22 @@ if want metacontroller; then
     rm -rf "$dir"; mv "$dir.tmp" "$dir"
     link_bin "$dir" metacontroller
     record metacontroller "$METACONTROLLER_VERSION" $(( $(date +%s) - t0 )) built
+  fi
+fi
+
+# ---- helm ---------------------------------------------------------------------
+# `helm template` renders charts/modeldeployment for tests/e2e/test_install.py.
+if want helm; then
+  dir="$COMP/helm-$HELM_VERSION"
+  if cached "$dir" helm; then
+    link_bin "$dir" helm; record helm "$HELM_VERSION" 0 cached
+  else
+    t0=$(date +%s)
+    go_install helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+      "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    link_bin "$dir" helm
+    record helm "$HELM_VERSION" $(( $(date +%s) - t0 )) built
   fi
 fi
 
