@@ -2,7 +2,7 @@
 
 Runs real upstream binaries (built by ``tests/e2e/components/build.sh``):
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake
-nodes and Pod lifecycles), Kueue and -- when it could be built -- Metacontroller.
+nodes and Pod lifecycles), Kueue and Metacontroller.
 Everything listens on 127.0.0.1 only; no container runtime is needed.
 
 Only the standard library, httpx and PyYAML are used; certificates are made with
@@ -342,8 +342,10 @@ class Component:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # stopped on purpose: not a crash
 
     def start(self) -> None:
+        self.stopped = False
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             out.write(f"# {' '.join(self.argv)}\n".encode())
@@ -367,7 +369,7 @@ class Component:
         return self.proc is not None and self.proc.poll() is None
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.proc is not None and not self.stopped and self.proc.poll() is not None:
             raise ControlPlaneError(
                 f"{self.name} exited with code {self.proc.returncode}; log {self.log}:\n{_tail(self.log)}"
             )
@@ -375,6 +377,7 @@ class Component:
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is None:
             return
+        self.stopped = True
         pgid = self.proc.pid  # start_new_session: pgid == pid
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -397,7 +400,7 @@ class Component:
 
 class ControlPlane:
     """etcd + kube-apiserver + controller-manager + scheduler + kwok + Kueue
-    (+ Metacontroller when built), all on 127.0.0.1.
+    + Metacontroller, all on 127.0.0.1.
 
     Parameters
     ----------
@@ -410,7 +413,7 @@ class ControlPlane:
     nodes:
         Fake node pools (default :data:`DEFAULT_NODE_POOLS`).
     kueue / metacontroller:
-        Start these (``None`` for Metacontroller means "if its binary exists").
+        Start these (both by default; a missing binary fails the start with the reason).
     kueue_frameworks / kueue_feature_gates / kueue_config_overrides:
         Tuning of Kueue's Configuration file.
     kwok_stage_crds:
@@ -425,7 +428,7 @@ class ControlPlane:
         work_dir: Path | str | None = None,
         nodes: Iterable[NodePool] = DEFAULT_NODE_POOLS,
         kueue: bool = True,
-        metacontroller: bool | None = None,
+        metacontroller: bool = True,
         kueue_frameworks: Sequence[str] = DEFAULT_KUEUE_FRAMEWORKS,
         kueue_feature_gates: Mapping[str, bool] | None = None,
         kueue_config_overrides: Mapping[str, Any] | None = None,
@@ -587,6 +590,16 @@ class ControlPlane:
         self.components[name] = comp
         return comp
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component but keep it registered, so that `start_component` brings it back
+        with the same argv (a restart, or an outage of a chosen length)."""
+        self.components[name].stop()
+
+    def start_component(self, name: str) -> None:
+        comp = self.components[name]
+        if not comp.alive():
+            comp.start()
+
     def stop_process(self, name: str) -> None:
         comp = self.components.pop(name, None)
         if comp is not None:
@@ -632,7 +645,7 @@ class ControlPlane:
         ]
         if self.want_kueue:
             steps.append(("kueue", self._start_kueue))
-        if self._metacontroller_wanted():
+        if self.want_metacontroller:
             steps.append(("metacontroller", self._start_metacontroller))
         try:
             for name, step in steps:
@@ -690,14 +703,6 @@ class ControlPlane:
         if not shutil.which(self.kubectl_path):
             raise ControlPlaneError("kubectl not found on PATH")
 
-    def _metacontroller_wanted(self) -> bool:
-        if self.want_metacontroller is None:
-            return os.access(self._bin("metacontroller"), os.X_OK)
-        return self.want_metacontroller
-
-    @property
-    def metacontroller_available(self) -> bool:
-        return os.access(self._bin("metacontroller"), os.X_OK)
 
     def _ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca.cert))  # type: ignore[union-attr]

@@ -51,7 +51,11 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[e2e_cluster.Contro
     """
     if not e2e_enabled():
         pytest.skip("MODELDEPLOYMENT_E2E=0")
-    bin_dir = e2e_cluster.ensure_built()
+    # Every component is real: one that cannot be built or started fails the suite, with the reason.
+    try:
+        bin_dir = e2e_cluster.ensure_built()
+    except e2e_cluster.ControlPlaneError as exc:
+        pytest.fail(f"the control plane could not be built: {exc}", pytrace=False)
     cp = e2e_cluster.ControlPlane(bin_dir=bin_dir)
     try:
         cp.start()

@@ -1,4 +1,6 @@
-"""The operator under test, wired into the loopback control plane the way a cluster runs it.
+"""The operator under test, installed on the loopback control plane in the documented order
+(docs/operations.md, "Install"): Metacontroller (started with the control plane, its CRDs
+included), our CRDs, the webhook configurations, the operator, then the CompositeController.
 
 - our service runs as a process: TLS for the admission webhooks (a serving cert from the control
   plane's CA), plain HTTP for Metacontroller's hooks;
@@ -6,7 +8,8 @@
   come from manifests/ through a kustomize overlay that swaps in-cluster Service references for
   the loopback URLs and our CA bundle;
 - the example world (InstanceTypes with their status, the pool, backend and binding) and the
-  example Kueue queues are applied like an administrator would.
+  example Kueue queues are applied like an administrator would;
+- the real Metacontroller v4.17.2 calls the hooks; nothing stands in for it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 import yaml
 
 import cluster as e2e_cluster
-from mc_driver import COMPOSITE_CONTROLLER_CRD, CompositeDriver
 
 REPO = e2e_cluster.REPO_ROOT
 NAMESPACE = "team-a"
@@ -33,12 +35,14 @@ class Operator:
     cp: e2e_cluster.ControlPlane
     webhook_port: int
     hooks_port: int
-    driver: CompositeDriver | None = None
 
     def stop(self) -> None:
-        if self.driver is not None:
-            self.driver.stop()
+        self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "--wait=false", check=False)
         self.cp.stop_process("operator")
+
+    def restart_metacontroller(self) -> None:
+        self.cp.stop_component("metacontroller")
+        self.cp.start_component("metacontroller")
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60.0):
         return self.cp.kubectl(*args, check=check, input=input, timeout=timeout)
@@ -69,7 +73,7 @@ class Operator:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}; logs={logs}")
 
 
-def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_port: int) -> str:
+def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_port: int) -> list[dict[str, Any]]:
     """kustomize overlay: webhooks by URL with our CA, the CompositeController's hooks by URL."""
     overlay = work / "overlay"
     overlay.mkdir(parents=True, exist_ok=True)
@@ -101,7 +105,7 @@ def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_
                       "base-metacontroller/compositecontroller.yaml"],
         "patches": patches,
     }))
-    return cp.kubectl("kustomize", str(overlay)).stdout
+    return [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(overlay)).stdout) if d]
 
 
 def apply_world(op: Operator) -> None:
@@ -119,8 +123,19 @@ def apply_world(op: Operator) -> None:
 
 
 def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
+    """Install in the documented order; Metacontroller is already running with its CRDs."""
+    assert cp.metacontroller_running, "the e2e suite runs the real Metacontroller"
     cp.create_namespace(NAMESPACE)
     webhook_port, hooks_port = e2e_cluster.free_ports(2)
+    # 1. our CRDs
+    cp.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    # 2. the webhook configurations (ModelDeployment writes fail closed until the operator answers)
+    objects = _overlay(cp.work_dir, cp, webhook_port, hooks_port)
+    webhooks = [o for o in objects if o["kind"] != "CompositeController"]
+    composite = [o for o in objects if o["kind"] == "CompositeController"]
+    cp.apply(webhooks)
+    # 3. the operator
     cert, key = cp.issue_serving_cert(("127.0.0.1", "localhost"))
     env = {**cp.env, "MODELDEPLOYMENT_GANG_RELEASE_AFTER_SECONDS": "20",
            "MODELDEPLOYMENT_ADMISSION_CHECK_KEEPER_SECONDS": "5", "PYTHONUNBUFFERED": "1"}
@@ -131,19 +146,12 @@ def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
     op = Operator(cp, webhook_port, hooks_port)
     client = cp.http_client()
     op.wait("the operator to listen", lambda: _healthy(client, f"https://127.0.0.1:{webhook_port}/readyz"), 60, 0.5)
-    op.kubectl("apply", "-f", str(REPO / "manifests" / "crds"))
-    op.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    # The administrator's world: InstanceTypes (status as an inventory controller fills it), the
+    # KV cache pool, backend and binding, the Kueue queues and our AdmissionCheck.
     apply_world(op)
-    if not cp.metacontroller_running:
-        # The real Metacontroller could not be built here: the test driver plays its contract.
-        cp.apply(COMPOSITE_CONTROLLER_CRD)
-        op.kubectl("wait", "--for=condition=Established", "crd/compositecontrollers.metacontroller.k8s.io",
-                   "--timeout=60s")
-    op.kubectl("apply", "-f", "-", input=_overlay(cp.work_dir, cp, webhook_port, hooks_port))
     op.kubectl("apply", "-k", str(REPO / "manifests" / "kueue"))
-    if not cp.metacontroller_running:
-        op.driver = CompositeDriver(cp.http_client(), "modeldeployment", log_file=cp.logs_dir / "mc-driver.log")
-        op.driver.start()
+    # 4. the CompositeController: Metacontroller starts calling the hooks
+    cp.apply(composite)
     return op
 
 

@@ -7,8 +7,10 @@ GPU nodes and the kubelet.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import threading
 import time
 from typing import Any, Iterator
 
@@ -75,6 +77,53 @@ def admitted(workload: dict[str, Any]) -> bool:
 
 def phase(op: Operator, name: str) -> str | None:
     return op.md(name).get("status", {}).get("phase")
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return (pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+            and not pod["metadata"].get("deletionTimestamp"))
+
+
+class ReadyWatch:
+    """Polls a deployment's Pods straight from the API server (several times a second, in a thread)
+    and keeps the fewest Ready replicas seen at any observation."""
+
+    def __init__(self, op: Operator, name: str) -> None:
+        self.http = op.cp.http_client(timeout=5)
+        self.url = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        self.selector = f"app.kubernetes.io/instance={name}"
+        self.fewest: int | None = None
+        self.observations = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def ready(self) -> int:
+        pods = self.http.get(self.url, params={"labelSelector": self.selector}).json()["items"]
+        return sum(1 for p in pods if pod_ready(p))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                count = self.ready()
+                self.fewest = count if self.fewest is None else min(self.fewest, count)
+                self.observations += 1
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> "ReadyWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.http.close()
+
+
+def rolled_to(op: Operator, name: str, image: str, replicas: int) -> bool:
+    current = serving(op, name)
+    return len(current) == replicas and all(p["spec"]["containers"][0]["image"] == image for p in current) \
+        and len(op.pods(name)) == replicas
 
 
 # --- admission ---------------------------------------------------------------------------------
@@ -162,19 +211,11 @@ def test_lifecycle_scale_roll_replace_and_delete(op: Operator):
     op.wait("its Workload deleted", lambda: groups["2"] not in workloads(op), 60)
 
     # An image edit rolls one replica at a time.
-    md["spec"]["roles"][0]["image"] = "registry.local/vllm:edited"
-    apply(op, md)
-    seen_at_once_down = 0
-
-    def rolled() -> bool:
-        nonlocal seen_at_once_down
-        current = serving(op, "life")
-        seen_at_once_down = max(seen_at_once_down, 2 - len(current))
-        return len(current) == 2 and all(p["spec"]["containers"][0]["image"] == "registry.local/vllm:edited"
-                                         for p in current)
-
-    op.wait("rollout finished", rolled, 240)
-    assert seen_at_once_down <= 1
+    with ReadyWatch(op, "life") as watch:
+        md["spec"]["roles"][0]["image"] = "registry.local/vllm:edited"
+        apply(op, md)
+        op.wait("rollout finished", lambda: rolled_to(op, "life", "registry.local/vllm:edited", 2), 240)
+    assert watch.observations > 10 and watch.fewest is not None and watch.fewest >= 1, vars(watch)
 
     # A deleted Pod is replaced under a new name once the old one is gone.
     victim = serving(op, "life")[0]
@@ -249,3 +290,200 @@ def test_a_new_binding_on_a_mixed_backend_is_refused_from_live_objects(op: Opera
     result = op.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(md), check=False)
     assert result.returncode != 0
     assert "spec.kvCache.poolRef.name" in result.stderr and "rdma, tcp" in result.stderr
+
+
+# --- what only the real Metacontroller shows -------------------------------------------------
+
+
+def test_a_three_replica_image_edit_keeps_two_replicas_ready_at_every_observation(op: Operator):
+    md = small("avail", replicas=3)
+    apply(op, md)
+    try:
+        op.wait("3 replicas serving", lambda: len(serving(op, "avail")) == 3, 180)
+        with ReadyWatch(op, "avail") as watch:
+            md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
+            apply(op, md)
+            op.wait("rollout finished", lambda: rolled_to(op, "avail", "registry.local/vllm:v2", 3), 300)
+        assert watch.observations > 10 and watch.fewest is not None and watch.fewest >= 2, vars(watch)
+        op.wait("phase Ready", lambda: phase(op, "avail") == "Ready", 60)
+    finally:
+        delete(op, "avail")
+
+
+def test_metacontroller_restarted_mid_rollout_completes_it_with_the_invariant_held(op: Operator):
+    md = small("mcrestart", replicas=3)
+    apply(op, md)
+    try:
+        op.wait("3 replicas serving", lambda: len(serving(op, "mcrestart")) == 3, 180)
+        with ReadyWatch(op, "mcrestart") as watch:
+            md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
+            apply(op, md)
+            op.wait("the first replica turned over", lambda: any(
+                p["spec"]["containers"][0]["image"] == "registry.local/vllm:v2" for p in op.pods("mcrestart")), 120, 0.3)
+            op.restart_metacontroller()
+            op.wait("rollout finished", lambda: rolled_to(op, "mcrestart", "registry.local/vllm:v2", 3), 300)
+        assert watch.fewest is not None and watch.fewest >= 2, vars(watch)
+    finally:
+        delete(op, "mcrestart")
+
+
+def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(op: Operator):
+    apply(op, small("outage", replicas=2))
+    try:
+        op.wait("both replicas serving", lambda: len(serving(op, "outage")) == 2, 180)
+        op.wait("phase Ready", lambda: phase(op, "outage") == "Ready", 60)
+        pods = {p["metadata"]["uid"] for p in op.pods("outage")}
+        services = {s["metadata"]["uid"] for s in op.get("services", "-n", NAMESPACE,
+                                                         "-l", "app.kubernetes.io/instance=outage")["items"]}
+        groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in op.pods("outage")}
+        workload_uids = {w["metadata"]["uid"] for n, w in workloads(op).items() if n in groups}
+        assert len(workload_uids) == 2
+
+        def poke() -> None:
+            # A child changes while the hooks are down: Metacontroller calls sync, gets no answer, retries.
+            for pod in op.pods("outage"):
+                op.kubectl("annotate", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--overwrite",
+                           f"e2e.gpustack.ai/poke={time.monotonic_ns()}")
+
+        operator_log = op.cp.log_paths()["operator"]
+        op.cp.stop_component("operator")
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                poke()
+                assert {p["metadata"]["uid"] for p in op.pods("outage")} == pods
+                time.sleep(3)
+        finally:
+            restarted_at = operator_log.stat().st_size
+            op.cp.start_component("operator")
+        client = op.cp.http_client()
+        op.wait("the operator back", lambda: client.get(f"https://127.0.0.1:{op.webhook_port}/readyz",
+                                                        timeout=2).status_code == 200, 60, 0.5)
+        poke()
+        mc_log = op.cp.log_paths()["metacontroller"].read_text(errors="replace")
+        assert f"127.0.0.1:{op.hooks_port}" in mc_log and "connection refused" in mc_log
+        op.wait("a sync answered after the outage", lambda: "/hooks/sync" in _read_from(operator_log, restarted_at), 60)
+        assert {p["metadata"]["uid"] for p in serving(op, "outage")} == pods
+        assert {s["metadata"]["uid"] for s in op.get("services", "-n", NAMESPACE,
+                                                     "-l", "app.kubernetes.io/instance=outage")["items"]} == services
+        assert {w["metadata"]["uid"] for n, w in workloads(op).items() if n in groups} == workload_uids
+        assert phase(op, "outage") == "Ready"
+    finally:
+        delete(op, "outage")
+
+
+def _read_from(path, offset: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def test_deletion_goes_through_the_finalizer_pods_and_workloads_first(op: Operator):
+    apply(op, small("final", replicas=2))
+    op.wait("both replicas serving", lambda: len(serving(op, "final")) == 2, 180)
+    finalizer = "metacontroller.io/compositecontroller-modeldeployment"
+    assert finalizer in op.md("final")["metadata"].get("finalizers", [])
+    groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in op.pods("final")}
+    op.kubectl("delete", "md", "final", "-n", NAMESPACE, "--wait=false")
+    seen_deleting = False
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        result = op.kubectl("get", "md", "final", "-n", NAMESPACE, "-o", "json", check=False)
+        if result.returncode != 0:
+            break
+        parent = json.loads(result.stdout)
+        seen_deleting = seen_deleting or bool(parent["metadata"].get("deletionTimestamp"))
+        time.sleep(0.3)
+    else:
+        raise AssertionError("the deployment was never finalized")
+    # The parent went last: by then nothing of it is left.
+    assert seen_deleting
+    assert not op.pods("final")
+    assert not groups & set(workloads(op))
+
+
+def _patch_status(op: Operator, kind: str, name: str, status: dict[str, Any], namespace: str | None = None) -> None:
+    ns = ["-n", namespace] if namespace else []
+    op.kubectl("patch", f"{kind}.worker.gpustack.ai", name, *ns, "--subresource=status", "--type=merge",
+               "-p", json.dumps({"status": status}))
+
+
+def _images(op: Operator, name: str) -> set[str]:
+    return {p["spec"]["containers"][0]["image"] for p in op.pods(name)}
+
+
+def test_related_objects_changing_resync_and_roll_deployments_without_an_edit(op: Operator):
+    a10g = "gpustack-nvidia-a10g-linux-amd64"
+    plain = small("related", replicas=2)  # no image: synthesized from the InstanceType's runtime
+    cached = small("related-cached", replicas=2)
+    cached["spec"]["kvCache"] = {"poolRef": {"name": "team-a-dram"}}
+    apply(op, plain)
+    apply(op, cached)
+    try:
+        op.wait("both deployments Ready", lambda: phase(op, "related") == "Ready"
+                and phase(op, "related-cached") == "Ready", 240)
+        assert _images(op, "related") == {"gpustack/runner:cuda12.9-vllm0.29.0"}
+        generations = {n: op.md(n)["metadata"]["generation"] for n in ("related", "related-cached")}
+
+        # The InstanceType's runtime version moves (a driver rollout finished): every deployment on
+        # the type rolls to the new image, one replica at a time.
+        with ReadyWatch(op, "related") as watch:
+            _patch_status(op, "instancetypes", a10g, {"detail": {"runtimeVersion": "13.0", "runtimeVersions": ["13.0"]}})
+            op.wait("rolled to the new runtime", lambda: rolled_to(
+                op, "related", "gpustack/runner:cuda13.0-vllm0.29.0", 2), 300)
+        assert watch.fewest is not None and watch.fewest >= 1
+
+        # The pool publishes a new master endpoint: the cached deployment's client config changes.
+        endpoint = "moved-master.gpustack-system.svc:50051"
+        _patch_status(op, "kvcachepools", "shared-dram", {"clientEndpoint": endpoint})
+        op.wait("the cached replicas rolled to the new endpoint", lambda: len(serving(op, "related-cached")) == 2
+                and all(endpoint in json.dumps(p["metadata"].get("annotations", {}))
+                        for p in op.pods("related-cached")) and len(op.pods("related-cached")) == 2, 300)
+
+        # The Binding stops being Ready: status says so, nothing running is deleted.
+        uids = {p["metadata"]["uid"] for p in op.pods("related-cached")}
+        _patch_status(op, "kvcachepoolbindings", "team-a-dram", {"phase": "Provisioning"}, NAMESPACE)
+
+        def domain_condition() -> dict[str, Any] | None:
+            for cond in op.md("related-cached").get("status", {}).get("conditions", []):
+                if cond["type"] == "DomainRegistered":
+                    return cond
+            return None
+
+        op.wait("DomainRegistered False/BindingNotReady", lambda: (domain_condition() or {}).get("reason")
+                == "BindingNotReady", 60)
+        assert {p["metadata"]["uid"] for p in op.pods("related-cached")} == uids
+        _patch_status(op, "kvcachepoolbindings", "team-a-dram", {"phase": "Ready"}, NAMESPACE)
+        op.wait("DomainRegistered True again", lambda: (domain_condition() or {}).get("status") == "True", 60)
+        # No edit was made to either deployment.
+        assert {n: op.md(n)["metadata"]["generation"] for n in ("related", "related-cached")} == generations
+    finally:
+        _patch_status(op, "instancetypes", a10g, {"detail": {"runtimeVersion": "12.9", "runtimeVersions": ["12.9"]}})
+        _patch_status(op, "kvcachepools", "shared-dram",
+                      {"clientEndpoint": "shared-dram-master.gpustack-system.svc:50051"})
+        _patch_status(op, "kvcachepoolbindings", "team-a-dram", {"phase": "Ready"}, NAMESPACE)
+        delete(op, "related")
+        delete(op, "related-cached")
+
+
+# Examples that share the H20 pool's 16 cards run in separate waves.
+EXAMPLE_WAVES = [["ascend-sglang", "pd-pair", "qwen-cached", "qwen-chat"], ["deepseek-multinode"]]
+
+
+def test_every_example_applied_with_kubectl_reaches_ready(op: Operator):
+    assert sorted(n for wave in EXAMPLE_WAVES for n in wave) == sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
+    for wave in EXAMPLE_WAVES:
+        deployed = []
+        try:
+            for stem in wave:
+                op.kubectl("apply", "-f", str(EXAMPLES / f"{stem}.yaml"))
+                deployed.append(example(stem)["metadata"]["name"])
+            for name in deployed:
+                op.wait(f"example {name} Ready", lambda name=name: phase(op, name) == "Ready", 300, 2)
+                md = op.md(name)
+                for role in md["spec"]["roles"]:
+                    status = next(r for r in md["status"]["roles"] if r["name"] == role["name"])
+                    assert status["ready"] == role["replicas"], (name, status)
+        finally:
+            for name in deployed:
+                delete(op, name)

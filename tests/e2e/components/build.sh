@@ -43,7 +43,6 @@ export GOCACHE="$CACHE/go-build"
 export GOTOOLCHAIN=local
 export CGO_ENABLED=0
 export GOFLAGS="-buildvcs=false"
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
 P="${BUILD_PARALLELISM:-$(( $(nproc) < 2 ? $(nproc) : 2 ))}"
 
 need_go() { command -v go >/dev/null || { echo "build.sh: go is not installed (needed to build $1)" >&2; exit 1; }; }
@@ -232,7 +231,7 @@ if want metacontroller; then
         {
           echo "build.sh: cannot build metacontroller $METACONTROLLER_VERSION; tried:"
           echo "  1. the released source at $METACONTROLLER_TARBALL: absent"
-          echo "  2. the Go module proxy ($GOPROXY) via a wrapper module:"
+          echo "  2. the Go module proxy ($(go env GOPROXY)) via a wrapper module:"
           sed 's/^/       /' "$w/download.json"
           echo "  Set METACONTROLLER_TARBALL to its release tarball (sha256 $METACONTROLLER_SHA256)."
         } >&2
