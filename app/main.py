@@ -7,8 +7,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
-from fastapi.responses import PlainTextResponse, Response
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.control.sync import SyncSettings
@@ -16,6 +16,7 @@ from app.kube.client import Kube, load_config
 from app.kube.executor import Executor
 from app.settings import Settings
 from app.web import hooks, webhooks
+from app.web.guard import BodyLimit
 from app.web.state import ServiceState
 from app.world import DirectoryWorld
 
@@ -32,6 +33,7 @@ def build_state(settings: Settings) -> ServiceState:
     return ServiceState(
         settings=settings,
         sync_settings=SyncSettings(options=settings.render_options(),
+                                   max_pods_per_deployment=settings.max_pods_per_deployment,
                                    gang_release_after_seconds=settings.gang_release_after_seconds),
         executor=Executor(kube),
         kube=kube,
@@ -70,6 +72,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="ModelDeployment operator", version="0.1.0", lifespan=lifespan)
     app.include_router(hooks.router)
     app.include_router(webhooks.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # Never a plain-text 500: every answer is JSON (SPEC §12). Handlers catch what they expect.
+        log.error("unhandled error on %s: %r", request.url.path, exc)
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

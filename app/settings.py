@@ -16,6 +16,13 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8080
+    # Metacontroller's hooks listen here, apart from the webhooks on `port` (docs/operations.md,
+    # "Security"); 0 serves hooks and webhooks on `port` together (local runs only).
+    hooks_port: int = 8081
+    max_body_bytes: int = Field(default=vocab.DEFAULT_MAX_BODY_BYTES, ge=1)
+    max_pods_per_deployment: int = Field(default=vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT, ge=1)
+    # How often the webhook listener looks for a renewed certificate and key (0: never reloads).
+    tls_reload_seconds: float = 10.0
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     # A directory of YAML standing in for the cluster (local runs). Unset: the API server.

@@ -235,6 +235,8 @@ EVENT_REPLICA_RESTARTED = "ReplicaRestarted"
 EVENT_TYPE_NORMAL = "Normal"
 EVENT_TYPE_WARNING = "Warning"
 EVENT_SOURCE_COMPONENT = "gpustack-model-deployment"
+# A stored object carried a user value for a tenant-bearing key; the operator's value was rendered.
+EVENT_TENANT_KEY_IGNORED = "TenantKeyIgnored"
 
 # --- Operator settings (environment of the service) -------------------------------------------
 
@@ -242,3 +244,30 @@ SETTING_KV_CACHE_DTYPE_OWNED = "GPUSTACK_MODEL_DEPLOYMENT_KV_CACHE_DTYPE_OWNED"
 SETTING_ROUTER_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTER_IMAGE"
 SETTING_ROUTING_SIDECAR_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_IMAGE"
 SETTING_WORLD_DIR = "MODELDEPLOYMENT_WORLD_DIR"
+SETTING_MAX_PODS_PER_DEPLOYMENT = "MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT"
+SETTING_MAX_BODY_BYTES = "MODELDEPLOYMENT_MAX_BODY_BYTES"
+
+# --- Bounds (SPEC §3, §10 rule 21, §12) ---------------------------------------------------------
+
+# The schema's own limits, applied to values read back from a parent's status.
+MAX_ROLE_REPLICAS = 1024
+MAX_ROLE_SIZE = 64
+# Rule 21: total Pods of one deployment (Σ replicas × size); one sync must fit the service's memory.
+DEFAULT_MAX_PODS_PER_DEPLOYMENT = 2048
+# A hook or webhook request body above this is answered 413 before it is read further.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# metadata.generation and other integers the API server stores as int64.
+MAX_INT64 = 2**63 - 1
+
+# --- Hook requests (Metacontroller v2): the child maps the CompositeController declares ----------
+
+# Keys `Kind.apiVersion` of manifests/metacontroller/compositecontroller.yaml's childResources: a
+# request missing one of them cannot be planned from (an absent map reads as "no children").
+DECLARED_CHILD_MAPS = ("Pod.v1", "Service.v1", "ConfigMap.v1", "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1",
+                       "RoleBinding.rbac.authorization.k8s.io/v1", "Deployment.apps/v1")
+
+# --- Tenant isolation (SPEC §6 "Admission is not the only guard", §10 rule 20) -------------------
+
+# Paths the operator mounts into a managed role's engine container; a user mount at, over or under
+# one replaces what the operator put there.
+OPERATOR_OWNED_MOUNT_PATHS = (KVCACHE_CONFIG_DIR, KVCACHE_CONFIG_PATH, SHM_PATH)

@@ -23,8 +23,9 @@ def parent(name: str = "qwen-chat", **spec_changes: Any) -> dict[str, Any]:
 
 
 def children_map(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Metacontroller's observed children, keyed `Kind.version` then `namespace/name`."""
-    out: dict[str, dict[str, Any]] = {}
+    """Metacontroller's observed children, keyed `Kind.version` then `namespace/name`; every declared
+    child map is present (empty when there are none), as Metacontroller sends them."""
+    out: dict[str, dict[str, Any]] = {key: {} for key in vocab.DECLARED_CHILD_MAPS}
     for obj in objects:
         api = obj["apiVersion"]
         key = f"{obj['kind']}.{api}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import vocab
 from app.api.v1 import ModelDeployment, Role
 from app.world import World
 
@@ -61,6 +62,8 @@ class Subject:
     old_raw: dict[str, Any] | None = None
     world: World | None = None
     kv_cache_dtype_owned: bool = True
+    # Rule 21: MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT.
+    max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
 
     @property
     def deleting(self) -> bool:

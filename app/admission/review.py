@@ -215,7 +215,8 @@ async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
                       message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
 
 
-async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owned: bool) -> dict[str, Any]:
+async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owned: bool,
+                          max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT) -> dict[str, Any]:
     uid = request_uid(body)
     started = time.monotonic()
     try:
@@ -235,7 +236,7 @@ async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owne
                 world = await _read_world(source, md)
             except ClusterUnreachable as exc:
                 return _unreachable(uid, str(exc))
-        verdict = validate.validate(obj, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned)
+        verdict = validate.validate(obj, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned, max_pods=max_pods)
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         log.info("validate %s %s/%s: %s (%d refusal(s), %d warning(s)) in %.0f ms", request.operation,
                  meta.get("namespace"), meta.get("name"), "allowed" if verdict.allowed else "refused",

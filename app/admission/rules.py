@@ -21,7 +21,8 @@ from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePo
 from app.api.v1 import Role
 from app.engines import router_flags
 from app.engines.common import transfer_leg_rendered
-from app.render import names
+from app.control import bounds
+from app.render import names, tenant
 from app.render.context import RenderOptions, backend_protocols, build_context
 from app.world import World
 
@@ -87,6 +88,8 @@ def generated_names(subject: Subject) -> list[Refusal]:
     deployment = subject.md.metadata.name
     for index, role in enumerate(subject.md.spec.roles):
         longest = names.longest_generated_name(deployment, role.name, role.replicas, role.size)
+        if _names_unchanged(subject, role):
+            continue
         excess = len(longest) - names.LABEL_MAX
         if excess <= 0:
             continue
@@ -106,6 +109,13 @@ def generated_names(subject: Subject) -> list[Refusal]:
 
 
 def service_labels(subject: Subject) -> list[Refusal]:
+def _names_unchanged(subject: Subject, role: Role) -> bool:
+    """Rule 2's exemption: the stored object had this role with the same replicas and size, so it
+    generates no name it did not generate before (an image edit is never refused for its names)."""
+    stored = subject.old_role(role.name)
+    return stored is not None and stored.replicas == role.replicas and stored.size == role.size
+
+
     """Rule 8: `<deployment>-<role>` names a Service, so it must be a DNS-1035 label.
 
     Exempt for roles the stored object already had: they were admitted under the rule of their day
@@ -292,6 +302,34 @@ def volumes(subject: Subject) -> list[Refusal]:
     return out
 
 
+def operator_owned_mounts(subject: Subject) -> list[Refusal]:
+    """Rule 20: on a managed role, no additionalVolumes mount at, over or under a path the operator
+    mounts (the KV cache client configuration and its file, /dev/shm): it would silently replace
+    what the operator put there, the tenant's client configuration included."""
+    out: list[Refusal] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        if not role.managed:
+            continue
+        for j, volume in enumerate(role.additional_volumes):
+            conflict = tenant.owned_path_conflict(volume.mount_path, vocab.OPERATOR_OWNED_MOUNT_PATHS)
+            if conflict is None:
+                continue
+            relation, owned = conflict
+            out.append(Refusal(role_path(index, f"additionalVolumes[{j}].mountPath"),
+                               f"{volume.mount_path!r} is {relation} {owned}, which the operator mounts on a managed "
+                               "role", "mount the volume elsewhere, or own the whole command line with "
+                               "roles[].command"))
+    return out
+
+
+def total_pods(subject: Subject) -> list[Refusal]:
+    """Rule 21: Σ replicas × size within MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT (one sync's memory)."""
+    problem = bounds.too_many_pods(subject.md, subject.max_pods)
+    if problem is None:
+        return []
+    return [Refusal("spec.roles", problem, bounds.REMEDY)]
+
+
 # --- cluster objects: rules 4, 5, 6, 7, 16 ----------------------------------------------------
 
 
@@ -353,9 +391,10 @@ def instance_types(subject: Subject) -> list[Refusal]:
     for index, role in enumerate(subject.md.spec.roles):
         it = world.instance_types.get(role.instance_type)
         if it is None:
-            out.append(Refusal(role_path(index, "instanceType"), f"InstanceType {role.instance_type!r} does not exist",
+            absence = world.absence(vocab.KIND_INSTANCE_TYPE, role.instance_type)
+            out.append(Refusal(role_path(index, "instanceType"), f"InstanceType {role.instance_type!r} {absence}",
                                "name an existing InstanceType (kubectl get instancetypes), or have an administrator "
-                               "create it first"))
+                               "create or repair it first"))
             continue
         out += _resource_mode(index, role, it)
     return out
@@ -379,6 +418,8 @@ def _resource_mode(index: int, role: Role, it: InstanceType) -> list[Refusal]:
                         f"InstanceType {name!r} is not acceleratable (CPU only) and offers no accelerator",
                         "remove the accelerator request, or name an acceleratable InstanceType")]
     out: list[Refusal] = []
+    if (sliced or profile) and not it.observed:
+        return [_unobserved(index, role, it, "a partition" if profile else "a logical slice")]
     if sliced and not it.offers_slices:
         field = ("acceleratorSlicedMemoryPercentage" if res.accelerator_sliced_memory_percentage
                  else "acceleratorSlicedCoresPercentage")
@@ -409,6 +450,20 @@ def _resource_mode(index: int, role: Role, it: InstanceType) -> list[Refusal]:
 
 
 def explicit_zero_on_shared_type(subject: Subject) -> list[Refusal]:
+def _unobserved(index: int, role: Role, it: InstanceType, mode: str) -> Refusal:
+    """Rule 4 before the type's hardware is observed: which modes it offers is not known yet."""
+    res = role.resources
+    field = ("acceleratorPartitionedProfile" if res.accelerator_partitioned_profile else
+             "acceleratorSlicedMemoryPercentage" if res.accelerator_sliced_memory_percentage
+             else "acceleratorSlicedCoresPercentage")
+    name = it.metadata.name or role.instance_type
+    return Refusal(role_path(index, "resources", field),
+                   f"InstanceType {name!r} has not observed its hardware yet (status.detail is empty), so whether it "
+                   f"offers {mode} is not known",
+                   "retry once the type's status converges (kubectl get instancetype "
+                   f"{name} shows status.detail), or request whole cards")
+
+
     """Rule 6: `accelerator: 0` on an acceleratable type another role of the deployment also names."""
     world = subject.world
     if world is None:
@@ -555,15 +610,19 @@ def cache_notices(subject: Subject) -> list[Notice]:
     binding, pool, backend = _cache_chain(subject)
     ns = subject.md.metadata.namespace
     if binding is None:
-        return [Notice("spec.kvCache.poolRef.name", f"KVCachePoolBinding {spec.pool_ref.name!r} does not exist in "
-                       f"namespace {ns!r}: no replica starts until an administrator creates it "
+    world = subject.world
+        absence = world.absence(vocab.KIND_KV_CACHE_POOL_BINDING, spec.pool_ref.name, ns)
+        return [Notice("spec.kvCache.poolRef.name", f"KVCachePoolBinding {spec.pool_ref.name!r} {absence} in "
+                       f"namespace {ns!r}: no replica starts until an administrator creates or repairs it "
                        "(status reports DomainRegistered=False/BindingNotFound)")]
     if pool is None:
         return [Notice("spec.kvCache.poolRef.name", f"KVCachePool {binding.spec.pool_ref.name!r} of binding "
-                       f"{spec.pool_ref.name!r} does not exist: replicas wait for it")]
+        absence = world.absence(vocab.KIND_KV_CACHE_POOL, binding.spec.pool_ref.name)
+                       f"{spec.pool_ref.name!r} {absence}: replicas wait for it")]
     if backend is None:
         return [Notice("spec.kvCache.poolRef.name", f"KVCacheBackend {pool.backend_name!r} of pool "
-                       f"{pool.metadata.name!r} does not exist: replicas wait for it")]
+        absence = world.absence(vocab.KIND_KV_CACHE_BACKEND, pool.backend_name or "")
+                       f"{pool.metadata.name!r} {absence}: replicas wait until an administrator repairs it")]
     protocols = backend_protocols(backend)
     if len(protocols) > 1 and not new_binding(subject):
         first = sorted(protocols)[0]
@@ -625,7 +684,7 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
                 else:
                     protocols.add(sorted(offered)[0])
         if transfer_leg_rendered(ctx, role):
-            protocols.add(ctx.transfer_protocol)
+            protocols.add(leg_protocol(ctx, role))
         if {"rdma", "efa"} <= protocols:
             out.append(Refusal(path, f"the role renders both an RDMA and an EFA leg ({', '.join(sorted(protocols))}); "
                                "one interface key cannot serve both",
@@ -640,6 +699,58 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
 
 
 # --- the router: rule 18 ----------------------------------------------------------------------
+# --- transports and routed ports: rule 19, the Ascend transport (SPEC §6) --------------------
+
+ASCEND_TRANSFER_PROTOCOLS = ("Auto", "CANN")
+
+
+def ascend_transfer_protocol(subject: Subject) -> list[Refusal]:
+    """SPEC §6: vLLM on an Ascend pool transfers over `ascend`; another kvTransfer.protocol is refused."""
+    transfer = subject.md.spec.kv_transfer
+    if subject.world is None or transfer is None or transfer.protocol in ASCEND_TRANSFER_PROTOCOLS \
+            or subject.engine != vocab.ENGINE_VLLM:
+        return []
+    ctx = build_context(subject.md, subject.world, RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
+    ascend = [f"{r.name} ({r.instance_type})" for r in subject.md.spec.roles if on_ascend(ctx, r)]
+    if not ascend:
+        return []
+    return [Refusal("spec.kvTransfer.protocol",
+                    f"{transfer.protocol} is not a transport of an Ascend pool, and role(s) {', '.join(ascend)} run "
+                    "vLLM on one, whose direct leg transfers over ascend",
+                    "set spec.kvTransfer.protocol to CANN or Auto (or remove spec.kvTransfer)")]
+
+
+def _serving_port_source(index: int, role: Role, engine: str) -> str:
+    """The field a role's serving port comes from, for the refusal's path."""
+    if role.ports:
+        return role_path(index, "ports[0].port")
+    if role_ports(engine, role).container != vocab.DEFAULT_SERVING_PORT:
+        return role_path(index, "command" if not role.managed else "extraArgs")
+    return role_path(index, "ports")
+
+
+def routed_ports(subject: Subject) -> list[Refusal]:
+    """Rule 19: the router dials one target port on every role it routes, so they must share it."""
+    md = subject.md
+    if md.spec.router is None or len(md.spec.roles) < 2:
+        return []
+    ctx = build_context(md, subject.world or World(), RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
+    engine = subject.engine
+    served = [(index, role, role_ports(engine, role, proxied=routing_proxy_rendered(ctx, role)).container)
+              for index, role in enumerate(md.spec.roles)]
+    if len({port for _, _, port in served}) < 2:
+        return []
+    shown = ", ".join(f"{role.name} {port} (spec.roles[{index}])" for index, role, port in served)
+    first = served[0][2]
+    return [Refusal(_serving_port_source(index, role, engine),
+                    f"the routed roles serve on different ports ({shown}), and {md.spec.router.name} dials one target "
+                    f"port on every role it routes, so traffic for role {role.name!r} would go to {first}, where "
+                    "nothing answers",
+                    "serve every routed role on one port (the same first ports[] entry, or no ports and no --port for "
+                    "8000)")
+            for index, role, port in served if port != first]
+
+
 
 ROUTER_ENGINE = {vocab.ROUTER_VLLM: vocab.ENGINE_VLLM, vocab.ROUTER_SGLANG: vocab.ENGINE_SGLANG}
 

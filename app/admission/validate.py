@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from app import vocab
 from app.admission import cmdline, frozen, rules
 from app.admission.model import Notice, Refusal, Subject, Verdict
 from app.api.v1 import ModelDeployment
@@ -41,6 +42,8 @@ RULES: tuple[Rule, ...] = (
     rules.engine_version,  # 17
     rules.router_rules,  # 18
     rules.volumes,  # subPath and volume sources
+    rules.operator_owned_mounts,  # 20
+    rules.total_pods,  # 21
 )
 
 NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
@@ -96,7 +99,7 @@ def is_deleting(raw: Any) -> bool:
 
 
 def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World | None, *,
-             kv_cache_dtype_owned: bool = True) -> Verdict:
+             kv_cache_dtype_owned: bool = True, max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT) -> Verdict:
     """Every refusal and warning for `raw` (an update when `old_raw` is given).
 
     `world` is what was read from the cluster for this object; pass None for an object being
@@ -123,7 +126,7 @@ def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World |
         return verdict
     subject = Subject(md=md, raw=raw, old=old, old_raw=old_raw if old is not None else None,
                       world=None if md.metadata.deletion_timestamp else world,
-                      kv_cache_dtype_owned=kv_cache_dtype_owned)
+                      kv_cache_dtype_owned=kv_cache_dtype_owned, max_pods=max_pods)
     for rule in RULES:
         verdict.refusals += rule(subject)
     for notice in NOTICES:

@@ -14,6 +14,8 @@ from app.api.hooks import HookRequest
 from app.api.v1 import ModelDeployment
 from app.control import gang, status
 from app.control import observed as obs
+from app.control import bounds
+from app.control.bounds import too_many_pods
 from app.control.intents import DeleteWorkload, Intent, RecordEvent
 from app.control.rollout import Action, RolePlan, plan_role
 from app.render import names
@@ -30,6 +32,7 @@ RESYNC_WAITING_SECONDS = 30.0
 class SyncSettings:
     options: RenderOptions = RenderOptions()
     gang_release_after_seconds: float = 600.0
+    max_pods_per_deployment: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
 
 
 @dataclass
@@ -70,6 +73,7 @@ def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent
         if render.skipped_runtime_versions:
             skewed.setdefault(render.role.instance_type, []).append(render)
     events.extend(_skew_event(ctx, group) for group in skewed.values())
+    events.extend(_tenant_key_event(ctx, render) for render in renders if render.tenant_keys_ignored)
     if failures:
         message = "; ".join(str(f) for f in failures)
         event = RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
@@ -90,6 +94,29 @@ def _skew_event(ctx: DeploymentContext, group: list[RoleRender]) -> RecordEvent:
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
                        name=names.event(ctx.name, vocab.EVENT_RUNTIME_VERSION_SKEW, message),
                        reason=vocab.EVENT_RUNTIME_VERSION_SKEW, type=vocab.EVENT_TYPE_WARNING, message=message)
+
+
+def _tenant_key_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent:
+    """A stored role carried tenant-bearing keys of its own: the operator's values were rendered."""
+    keys = "; ".join(render.tenant_keys_ignored)
+    message = (f"roles[{render.role.name}]: ignored {keys}: the KV cache tenant and its client configuration are "
+               "the operator's (from the KVCachePoolBinding), so the operator's values were rendered — remove "
+               "these from the role (the webhook refuses them on the next update)")
+    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
+                       name=names.event(ctx.name, vocab.EVENT_TENANT_KEY_IGNORED, message),
+                       reason=vocab.EVENT_TENANT_KEY_IGNORED, type=vocab.EVENT_TYPE_WARNING, message=message)
+
+
+def _pod_bound(md: ModelDeployment, bound: int) -> None:
+    """Rule 21 for objects stored before it: refuse the pass (429 + RenderFailed), never render them."""
+    problem = too_many_pods(md, bound)
+    if problem is None:
+        return
+    problem = f"spec.roles: {problem} — {bounds.REMEDY}"
+    event = RecordEvent(namespace=md.metadata.namespace, deployment=md.metadata.name, deployment_uid=md.metadata.uid,
+                        name=names.event(md.metadata.name, vocab.EVENT_RENDER_FAILED, problem),
+                        reason=vocab.EVENT_RENDER_FAILED, type=vocab.EVENT_TYPE_WARNING, message=problem)
+    raise SyncFailed(problem, resolves_later=False, intents=[event])
 
 
 def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[dict[str, Any]]:
@@ -133,6 +160,8 @@ def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role
 def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult:
     """One pass of sync (or finalize when `request.finalizing`)."""
     md = parse_parent(request.parent)
+    if not request.finalizing:  # a teardown creates no Pod: never wedge a finalizer on the bound
+        _pod_bound(md, settings.max_pods_per_deployment)
     world = World.from_related(request.related)
     ctx = build_context(md, world, settings.options)
     finalizing = request.finalizing

@@ -35,6 +35,8 @@ ArtifactRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_
 WorkloadRes = create_namespaced_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, vocab.KIND_WORKLOAD,
                                          vocab.PLURAL_WORKLOADS)
 AdmissionCheckRes = create_global_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, "AdmissionCheck", "admissionchecks")
+ModelDeploymentRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT,
+                                                vocab.PLURAL_MODEL_DEPLOYMENTS)
 
 
 class ClusterUnreachable(Exception):
@@ -111,13 +113,40 @@ class Kube:
 
     # --- side effects ------------------------------------------------------------------------
 
-    async def delete_workload(self, namespace: str, name: str) -> bool:
-        """True when deleted or already gone."""
+    async def model_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The live parent (None when it does not exist): the executor's check before any side effect."""
         try:
-            await self.client.delete(WorkloadRes, name, namespace=namespace)
+            return _plain(await self.client.get(ModelDeploymentRes, name, namespace=namespace))
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    async def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _plain(await self.client.get(WorkloadRes, name, namespace=namespace))
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    async def delete_workload(self, namespace: str, name: str, uid: str) -> bool:
+        """Deletes the Workload only while it is the object with `uid` (a DeleteOptions precondition).
+
+        True when deleted or already gone; False when the name now holds another object (409), which
+        is left alone. lightkube's delete() sends no body, so the request is built with its own
+        request builder and the DeleteOptions body added.
+        """
+        generic = self.client._client
+        request = generic.prepare_request("delete", res=WorkloadRes, name=name, namespace=namespace)
+        request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            generic.handle_response("delete", await generic.send(generic.build_adapter_request(request)), request)
         except ApiError as exc:
             if exc.status.code == 404:
                 return True
+            if exc.status.code == 409:
+                return False
             raise
         return True
 

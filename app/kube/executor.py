@@ -3,6 +3,13 @@
 Without an API server (local runs, tests) every intent is logged and skipped, and the hooks
 still answer. A Workload delete that fails raises, so the hook answers 5xx and Metacontroller
 retries the whole pass; Events and admission-check writes are retried on the next sync.
+
+Trust nothing in the request that asked for them (SPEC §12): the hooks port answers anyone who can
+reach it. Before the first write of a pass the executor reads the parent from the API server and
+goes on only when it exists with the request's UID (`ParentMismatch` otherwise: nothing written).
+Each intent must then be about that parent: Events on it, in its namespace; Workloads only among
+its own pod groups (names hashed from its namespace, name, role and ordinal), owned by its Pods
+when owned at all, deleted with a UID precondition. An intent that is not is dropped and logged.
 """
 
 from __future__ import annotations
@@ -11,11 +18,15 @@ import logging
 from datetime import datetime, timezone
 from typing import Iterable
 
+from dataclasses import dataclass
+from functools import lru_cache
+
 from lightkube.core.exceptions import ApiError
 
 from app import vocab
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.kube.client import Kube
+from app.render import names
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +83,100 @@ def admission_check_bodies(now: str) -> tuple[dict, dict]:
     return spec, status
 
 
+@dataclass(frozen=True)
+class ParentRef:
+    """The parent a hook request claims: every side effect of the pass must be about it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+class ParentMismatch(Exception):
+    """The request's parent does not exist with the request's UID: nothing was written.
+
+    `status_code` is the hook's answer: 404 when no such parent exists, 409 when another object
+    (another UID) holds its name."""
+
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+async def confirm_parent(kube: Kube, parent: ParentRef) -> dict:
+    """The live parent, or ParentMismatch when it is not the one the request names."""
+    live = await kube.model_deployment(parent.namespace, parent.name)
+    if live is None:
+        raise ParentMismatch(f"ModelDeployment {parent.namespace}/{parent.name} does not exist on the API server: "
+                             "no side effect was carried out; a hook request must come from Metacontroller "
+                             "for a stored parent", 404)
+    live_uid = (live.get("metadata") or {}).get("uid")
+    if live_uid != parent.uid:
+        raise ParentMismatch(f"ModelDeployment {parent.namespace}/{parent.name} has uid {live_uid!r}, not the request's "
+                             f"{parent.uid!r}: no side effect was carried out; Metacontroller retries with the "
+                             "stored parent", 409)
+    return live
+
+
+@lru_cache(maxsize=256)
+def _pod_groups(namespace: str, deployment: str, roles: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+    """Every pod group (Workload) name the parent can have: (role, ordinal) by name, for every
+    declared role and every ordinal the schema allows (status-read ordinals are bounded the same)."""
+    return {names.pod_group(namespace, deployment, role, ordinal): (role, ordinal)
+            for role in roles for ordinal in range(vocab.MAX_ROLE_REPLICAS)}
+
+
+def live_roles(live: dict) -> tuple[str, ...]:
+    roles = (live.get("spec") or {}).get("roles") or []
+    return tuple(sorted(r["name"] for r in roles if isinstance(r, dict) and isinstance(r.get("name"), str)))
+
+
+def foreign(intent: Intent, parent: ParentRef, groups: dict[str, tuple[str, int]]) -> str | None:
+    """Why an intent is not about the parent (None when it is)."""
+    if intent.namespace != parent.namespace:
+        return f"namespace {intent.namespace!r} is not the parent's {parent.namespace!r}"
+    if isinstance(intent, RecordEvent):
+        if (intent.deployment, intent.deployment_uid) != (parent.name, parent.uid):
+            return f"the Event is about {intent.deployment!r} (uid {intent.deployment_uid!r}), not the parent"
+        return None
+    workload = intent.name if isinstance(intent, DeleteWorkload) else intent.workload
+    if workload not in groups:
+        return f"Workload {workload!r} is not a pod group of the parent's roles"
+    return None
+
+
+def owners_tie(workload: dict, parent: ParentRef, role: str, ordinal: int) -> str | None:
+    """Why a Workload's owners do not tie it to the parent's replica (None when they do or it has none).
+
+    Kueue owns a plain-pod-group Workload by the group's Pods, all named `<deployment>-<role>-r<k>-…`."""
+    prefix = f"{names.instance(parent.name, role, ordinal)}-"
+    for owner in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if not isinstance(owner, dict) or owner.get("kind") != "Pod" or not str(owner.get("name", "")).startswith(prefix):
+            return f"owner {owner!r} is not a Pod of replica {names.instance(parent.name, role, ordinal)}"
+    return None
+
+
 class Executor:
     def __init__(self, kube: Kube | None) -> None:
         self.kube = kube
 
-    async def run(self, intents: Iterable[Intent]) -> None:
-        for intent in intents:
-            if self.kube is None:
+    async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> None:
+        intents = list(intents)
+        if not intents:
+            return
+        if self.kube is None:
+            for intent in intents:
                 log.info("no API server: skipped %s", intent)
+            return
+        live = await confirm_parent(self.kube, parent)
+        groups = _pod_groups(parent.namespace, parent.name, live_roles(live))
+        for intent in intents:
+            problem = foreign(intent, parent, groups)
+            if problem is not None:
+                log.warning("dropped an intent of %s/%s: %s (%s)", parent.namespace, parent.name, problem, intent)
                 continue
             if isinstance(intent, DeleteWorkload):
-                await self.kube.delete_workload(intent.namespace, intent.name)
-                log.info("deleted Workload %s/%s (%s)", intent.namespace, intent.name, intent.why)
+                await self._delete_workload(parent, intent, groups[intent.name])
             elif isinstance(intent, RecordEvent):
                 try:
                     await self.kube.create_event(event_body(intent, utc_now()))
@@ -95,6 +188,19 @@ class Executor:
                 except ApiError as exc:
                     # A stale resourceVersion: the Workload moved; the next sync decides again.
                     log.info("admission check on %s/%s not written: %s", intent.namespace, intent.workload, exc)
+
+    async def _delete_workload(self, parent: ParentRef, intent: DeleteWorkload, replica: tuple[str, int]) -> None:
+        assert self.kube is not None
+        workload = await self.kube.workload(intent.namespace, intent.name)
+        if workload is None:
+            return
+        problem = owners_tie(workload, parent, *replica)
+        uid = (workload.get("metadata") or {}).get("uid")
+        if problem is not None or not uid:
+            log.warning("left Workload %s/%s alone: %s", intent.namespace, intent.name, problem or "it has no uid")
+            return
+        if await self.kube.delete_workload(intent.namespace, intent.name, uid):
+            log.info("deleted Workload %s/%s (%s)", intent.namespace, intent.name, intent.why)
 
     async def keep_admission_check_active(self) -> None:
         """Asserts the AdmissionCheck exists and is Active; the status is written only when it is not,

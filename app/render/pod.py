@@ -17,8 +17,8 @@ from app.api.cluster import InstanceType
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import sglang, vllm
-from app.engines.common import EngineRender, kv_events_rendered, role_protocols
-from app.render import labels, names
+from app.engines.common import EngineRender, cache_rendered, kv_events_rendered, role_protocols
+from app.render import labels, names, tenant
 from app.render.context import DeploymentContext
 from app.render.image import ImageChoice, ImageError, role_image
 from app.render.resources import ResourceError, pod_resources
@@ -73,6 +73,8 @@ class RoleRender:
     runtime_version: str | None = None
     kv_events: bool = False
     extra_children: list[dict[str, Any]] = field(default_factory=list)
+    # The user's tenant-bearing keys dropped from this render (app.render.tenant): a warning Event each.
+    tenant_keys_ignored: tuple[str, ...] = ()
 
     @property
     def unmanaged(self) -> bool:
@@ -239,11 +241,13 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     proxied = routing_proxy_rendered(ctx, role)
     ports = role_ports(engine, role, proxied=proxied)
     rendered = _engine_render(ctx, role, ports)
+    # The user's env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
+    guarded = tenant.guard(engine, cache_rendered(ctx, role), role)
     try:
         resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
     except ResourceError as exc:
         raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=exc.resolves_later) from exc
-    volumes, mounts = _volumes(role, rendered)
+    volumes, mounts = _volumes(guarded.role, rendered)
 
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
@@ -254,7 +258,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         "volumeMounts": mounts,
         **_probes(ports),
     }
-    env = _env(role, rendered)
+    env = _env(guarded.role, rendered)
     if env:
         container["env"] = env
     if role.image_pull_policy:
@@ -303,7 +307,8 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         hold = ctx.artifact.message
     return RoleRender(role=role, image=choice.image, fingerprint=fingerprint, ports=ports, template=template,
                       hold=hold, skipped_runtime_versions=choice.skipped_runtime_versions,
-                      runtime_version=choice.runtime_version, kv_events=kv_events_rendered(ctx, role))
+                      runtime_version=choice.runtime_version, kv_events=kv_events_rendered(ctx, role),
+                      tenant_keys_ignored=guarded.ignored)
 
 
 def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> list[dict[str, Any]]:

@@ -18,10 +18,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from app.api import strict
 from app.api.hooks import CustomizeRequest, HookRequest, read_sync_request, sync_response
 from app.control.intents import Intent
 from app.control.sync import SyncFailed, SyncSettings, customize, reconcile
-from app.kube.executor import utc_now
+from app.kube.executor import ParentMismatch, ParentRef, utc_now
 from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
 from app.web.state import ServiceState
 
@@ -40,23 +41,43 @@ def _error(status_code: int, message: str, headers: dict[str, str] | None = None
     return _json({"error": message}, status_code, headers)
 
 
-def _parse_body(raw: bytes, model: type) -> Any:
+def _json_body(raw: bytes) -> Any:
     try:
-        body = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _BadRequest(f"request body is not JSON: {exc}") from exc
-    return _validate(body, model)
+
+
+def _decode_sync(raw: bytes) -> Any:
+    """The request as plain values (managedFields dropped when it is shaped like a hook request)."""
+    try:
+        decoded = read_sync_request(raw)
+    except RecursionError as exc:
+        raise _BadRequest("request body is nested too deeply to be a Metacontroller hook request") from exc
+    return _json_body(raw) if decoded is None else decoded
+
+
+def _answer_bytes(answer: dict[str, Any]) -> bytes:
+    """The answer as JSON; a value echoed from the request that JSON cannot carry (an integer beyond
+    64 bits, nesting beyond orjson's limit) is the request's fault, answered 400."""
+    try:
+        return orjson.dumps(answer)
+    except orjson.JSONEncodeError as exc:
+        raise _BadRequest(f"the request carries a value the answer would echo but cannot encode ({exc}) — send "
+                          "Kubernetes objects as the API server stores them") from exc
 
 
 def _validate(body: Any, model: type) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise _BadRequest(f"not a Metacontroller v2 hook request: {exc.errors()[:3]}") from exc
+        raise _BadRequest(f"not a Metacontroller v2 hook request: {_errors(exc)}") from exc
 
 
-async def _parse(request: Request, model: type) -> Any:
-    return _parse_body(await request.body(), model)
+def _errors(exc: ValidationError) -> str:
+    """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                     for e in exc.errors(include_url=False, include_input=False)[:3])
 
 
 class _BadRequest(Exception):
@@ -82,22 +103,46 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, list[Intent], str]:
-    """Parse, reconcile, serialize: the answer's bytes, the intents and a log line.
+class _RenderFailed(Exception):
+    """A SyncFailed with the parent its Event is about (the executor checks it before writing)."""
 
-    Only the bytes and the intents outlive this call, so the request is freed on return.
+    def __init__(self, parent: ParentRef, failure: SyncFailed) -> None:
+        super().__init__(str(failure))
+        self.parent = parent
+        self.failure = failure
+
+
+def _parent_ref(parent: dict[str, Any]) -> ParentRef:
+    meta = parent["metadata"]
+    return ParentRef(namespace=meta.get("namespace") or "", name=meta["name"], uid=meta["uid"])
+
+
+def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, list[Intent], str, ParentRef]:
+    """Check, parse, reconcile, serialize: the answer's bytes, the intents, a log line and the parent
+    the intents are about.
+
+    Only these outlive this call, so the request is freed on return.
     """
-    decoded = read_sync_request(raw)
-    hook_request: HookRequest = _parse_body(raw, HookRequest) if decoded is None else _validate(decoded, HookRequest)
+    decoded = _decode_sync(raw)
+    try:
+        strict.check_sync_request(decoded)
+    except strict.BadHookRequest as exc:
+        raise _BadRequest(str(exc)) from exc
+    hook_request: HookRequest = _validate(decoded, HookRequest)
     del decoded
+    parent = _parent_ref(hook_request.parent)
     if hook == "finalize":
         hook_request.finalizing = True
-    result = reconcile(hook_request, settings, now=utc_now())
-    body = orjson.dumps(sync_response(result.status, result.children, result.resync_after, result.finalized))
-    meta = hook_request.parent.get("metadata", {})
-    line = (f"{hook} {meta.get('namespace')}/{meta.get('name')}: {len(result.children)} children, "
+    try:
+        result = reconcile(hook_request, settings, now=utc_now())
+    except SyncFailed as exc:
+        raise _RenderFailed(parent, exc) from exc
+    except RecursionError as exc:
+        raise _BadRequest("the parent is nested too deeply to be a ModelDeployment") from exc
+    body = _answer_bytes(sync_response(result.status, result.children, result.resync_after, result.finalized))
+    line = (f"{hook} {parent.namespace}/{parent.name}: {len(result.children)} children, "
             f"{len(result.intents)} intents, phase {result.status.get('phase')}")
-    return body, result.intents, line
+    return body, result.intents, line, parent
 
 
 async def _reconcile(request: Request, hook: str) -> Response:
@@ -106,17 +151,26 @@ async def _reconcile(request: Request, hook: str) -> Response:
     try:
         raw = await request.body()
         with _gc_paused():
-            body, intents, line = _sync_pass(raw, hook, state.sync_settings)
-        await state.executor.run(intents)
+            body, intents, line, parent = _sync_pass(raw, hook, state.sync_settings)
+        await state.executor.run(parent, intents)
     except _BadRequest as exc:
         HOOK_ERRORS.labels(hook, "bad_request").inc()
         return _error(400, str(exc))
     except ValidationError as exc:
         HOOK_ERRORS.labels(hook, "invalid_parent").inc()
-        return _error(422, f"the parent ModelDeployment does not match the schema: {exc.errors()[:3]}")
-    except SyncFailed as exc:
+        return _error(422, f"the parent ModelDeployment does not match the schema: {_errors(exc)}")
+    except ParentMismatch as exc:
+        HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
+        log.warning("%s hook: %s", hook, exc)
+        return _error(exc.status_code, str(exc))
+    except _RenderFailed as failed:
+        exc = failed.failure
         HOOK_ERRORS.labels(hook, "render_failed").inc()
-        await state.executor.run(exc.intents)
+        try:
+            await state.executor.run(failed.parent, exc.intents)
+        except ParentMismatch as mismatch:
+            HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
+            return _error(mismatch.status_code, str(mismatch))
         retry = RETRY_SOON_SECONDS if exc.resolves_later else RETRY_LATER_SECONDS
         log.warning("render failed: %s", exc)
         # 429 + Retry-After: Metacontroller requeues without touching children or status.
@@ -145,14 +199,19 @@ async def finalize(request: Request) -> Response:
 async def customize_hook(request: Request) -> Response:
     started = time.perf_counter()
     try:
-        parsed: CustomizeRequest = await _parse(request, CustomizeRequest)
+        raw = _json_body(await request.body())
+        try:
+            strict.check_customize_request(raw)
+        except strict.BadHookRequest as exc:
+            raise _BadRequest(str(exc)) from exc
+        parsed: CustomizeRequest = _validate(raw, CustomizeRequest)
         body = customize(parsed.parent)
     except _BadRequest as exc:
         HOOK_ERRORS.labels("customize", "bad_request").inc()
         return _error(400, str(exc))
     except ValidationError as exc:
         HOOK_ERRORS.labels("customize", "invalid_parent").inc()
-        return _error(422, f"the parent ModelDeployment does not match the schema: {exc.errors()[:3]}")
+        return _error(422, f"the parent ModelDeployment does not match the schema: {_errors(exc)}")
     except Exception as exc:  # noqa: BLE001
         HOOK_ERRORS.labels("customize", "internal").inc()
         log.exception("customize hook failed")

@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from app import vocab
 from app.admission import review
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
@@ -52,15 +53,22 @@ def _state(request: Request) -> ServiceState | None:
     return getattr(request.app.state, "service", None)
 
 
-def _answer(webhook: str, started: float, answer: dict[str, Any]) -> JSONResponse:
+def _answer(webhook: str, started: float, answer: dict[str, Any]) -> Response:
     allowed = bool((answer.get("response") or {}).get("allowed"))
     WEBHOOK_DECISIONS.labels(webhook, str(allowed).lower()).inc()
     WEBHOOK_LATENCY.labels(webhook).observe(time.perf_counter() - started)
-    return JSONResponse(answer)
+    return ascii_json(answer)
+
+
+def ascii_json(answer: dict[str, Any], status_code: int = 200) -> Response:
+    """JSON with every non-ASCII character escaped: a forged `uid` holding a lone surrogate (which
+    UTF-8 cannot encode) is echoed as its `\\udXXX` escape instead of failing the answer."""
+    body = json.dumps(answer, ensure_ascii=True, separators=(",", ":"))
+    return Response(body.encode("ascii"), status_code=status_code, media_type="application/json")
 
 
 @router.post("/mutate")
-async def mutate(request: Request) -> JSONResponse:
+async def mutate(request: Request) -> Response:
     started = time.perf_counter()
     body = await _body(request)
     if isinstance(body, JSONResponse):
@@ -69,12 +77,13 @@ async def mutate(request: Request) -> JSONResponse:
 
 
 @router.post("/validate")
-async def validate(request: Request) -> JSONResponse:
+async def validate(request: Request) -> Response:
     started = time.perf_counter()
     body = await _body(request)
     if isinstance(body, JSONResponse):
         return body
     state = _state(request)
     owned = state.settings.kv_cache_dtype_owned if state is not None else True
-    return _answer("validate", started,
-                   await review.validate_review(body, world_source(state), kv_cache_dtype_owned=owned))
+    max_pods = state.settings.max_pods_per_deployment if state is not None else vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
+    return _answer("validate", started, await review.validate_review(body, world_source(state),
+                                                                     kv_cache_dtype_owned=owned, max_pods=max_pods))

@@ -113,6 +113,8 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
     # Pools and backends are listed beside the Binding (one round trip).
     expected |= {(vocab.GROUP, r, "list") for r in (vocab.PLURAL_KV_CACHE_POOLS, vocab.PLURAL_KV_CACHE_BACKENDS)}
     expected |= {
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENTS, "get"),  # the parent, before a side effect
+        (vocab.KUEUE_GROUP, "workloads", "get"),  # its uid and owners, before the delete
         (vocab.KUEUE_GROUP, "workloads", "delete"),
         (vocab.KUEUE_GROUP, "workloads/status", "patch"),
         (vocab.KUEUE_GROUP, "admissionchecks", "get"),
@@ -128,5 +130,7 @@ def test_the_client_makes_only_those_calls() -> None:
     source = (ROOT / "app" / "kube" / "client.py").read_text()
     calls = sorted({line.split("self.client.")[1].split("(")[0] for line in source.splitlines()
                     if "self.client." in line and "(" in line.split("self.client.")[1]})
-    assert calls == ["close", "create", "delete", "get", "list", "patch"]
+    # The Workload delete goes through lightkube's request builder (it carries a DeleteOptions body).
+    assert calls == ["close", "create", "get", "list", "patch"]
+    assert source.count("self.client._client") == 1 and '"delete", res=WorkloadRes' in source
     assert Path(ROOT / "app" / "kube" / "client.py").exists()

@@ -1,21 +1,46 @@
-"""The executor turns intents into exactly the API calls the RBAC allows, idempotently."""
+"""The executor turns intents into exactly the API calls the RBAC allows, idempotently, and only
+for the parent that exists with the request's UID (SPEC §12)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app import vocab
 from app.control.intents import DeleteWorkload, RecordEvent, SetAdmissionCheck
-from app.kube.executor import Executor, workload_check_body
+from app.kube.executor import Executor, ParentMismatch, ParentRef, workload_check_body
+from app.render import names
+
+QWEN = ParentRef("team-a", "qwen", "uid-1")
+GROUP_0 = names.pod_group("team-a", "qwen", "server", 0)
+GROUP_1 = names.pod_group("team-a", "qwen", "server", 1)
+
+
+def workload(name, owners=("qwen-server-r0-abc",), uid="wl-uid"):
+    return {"metadata": {"name": name, "namespace": "team-a", "uid": uid,
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": o, "uid": o} for o in owners]}}
 
 
 class FakeKube:
-    def __init__(self, admission_check=None):
+    def __init__(self, admission_check=None, parent_uid="uid-1", workloads=None):
         self.calls: list[tuple] = []
         self._admission_check = admission_check
+        self.parent_uid = parent_uid
+        self.workloads = {GROUP_0: workload(GROUP_0)} if workloads is None else workloads
 
-    async def delete_workload(self, namespace, name):
-        self.calls.append(("delete_workload", namespace, name))
+    async def model_deployment(self, namespace, name):
+        self.calls.append(("get_parent", namespace, name))
+        if self.parent_uid is None or (namespace, name) != ("team-a", "qwen"):
+            return None
+        return {"metadata": {"name": name, "namespace": namespace, "uid": self.parent_uid},
+                "spec": {"roles": [{"name": "server"}]}}
+
+    async def workload(self, namespace, name):
+        return self.workloads.get(name)
+
+    async def delete_workload(self, namespace, name, uid):
+        self.calls.append(("delete_workload", namespace, name, uid))
         return True
 
     async def create_event(self, body):
@@ -37,18 +62,20 @@ def run(coro):
 
 def test_intents_become_their_api_calls():
     kube = FakeKube()
-    run(Executor(kube).run([
-        DeleteWorkload("team-a", "gpustack-fnv64-1", "scale-down"),
+    run(Executor(kube).run(QWEN, [
+        DeleteWorkload("team-a", GROUP_0, "scale-down"),
         RecordEvent("team-a", "qwen", "uid-1", "qwen.replicaleaving.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "bye"),
-        SetAdmissionCheck("team-a", "gpustack-fnv64-2", "7", "Ready", "all 4 replicas", "2026-11-29T00:00:00Z"),
+        SetAdmissionCheck("team-a", GROUP_1, "7", "Ready", "all 4 replicas", "2026-11-29T00:00:00Z"),
     ]))
-    assert kube.calls[0] == ("delete_workload", "team-a", "gpustack-fnv64-1")
-    event = kube.calls[1][1]
+    assert kube.calls[0] == ("get_parent", "team-a", "qwen")
+    # Deleted with the Workload's own uid as the precondition.
+    assert kube.calls[1] == ("delete_workload", "team-a", GROUP_0, "wl-uid")
+    event = kube.calls[2][1]
     assert event["metadata"] == {"name": "qwen.replicaleaving.1", "namespace": "team-a"}
     assert event["involvedObject"]["kind"] == "ModelDeployment" and event["involvedObject"]["uid"] == "uid-1"
     assert event["reason"] == vocab.EVENT_REPLICA_LEAVING
-    _, namespace, name, body = kube.calls[2]
-    assert (namespace, name) == ("team-a", "gpustack-fnv64-2")
+    _, namespace, name, body = kube.calls[3]
+    assert (namespace, name) == ("team-a", GROUP_1)
     assert body["metadata"]["resourceVersion"] == "7"
     assert body["status"]["admissionChecks"] == [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Ready",
                                                    "message": "all 4 replicas",
@@ -74,5 +101,55 @@ def test_the_keeper_writes_status_only_when_the_check_is_not_active():
 
 
 def test_without_an_api_server_intents_are_skipped():
-    run(Executor(None).run([DeleteWorkload("ns", "w", "x")]))
+    run(Executor(None).run(QWEN, [DeleteWorkload("ns", "w", "x")]))
     run(Executor(None).keep_admission_check_active())
+
+
+def test_a_pass_without_intents_reads_nothing():
+    kube = FakeKube()
+    run(Executor(kube).run(QWEN, []))
+    assert kube.calls == []
+
+
+@pytest.mark.parametrize("parent_uid, status", [(None, 404), ("uid-other", 409)])
+def test_a_parent_that_does_not_exist_with_the_uid_gets_no_write(parent_uid, status):
+    kube = FakeKube(parent_uid=parent_uid)
+    with pytest.raises(ParentMismatch) as raised:
+        run(Executor(kube).run(QWEN, [
+            DeleteWorkload("team-a", GROUP_0, "scale-down"),
+            RecordEvent("team-a", "qwen", "uid-1", "qwen.x.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "bye"),
+        ]))
+    assert raised.value.status_code == status
+    assert "no side effect" in str(raised.value)
+    assert kube.calls == [("get_parent", "team-a", "qwen")]
+
+
+def test_intents_about_anything_but_the_parent_are_dropped():
+    elsewhere = names.pod_group("kube-system", "qwen", "server", 0)
+    other_deployment = names.pod_group("team-a", "other", "server", 0)
+    kube = FakeKube(workloads={elsewhere: workload(elsewhere), other_deployment: workload(other_deployment)})
+    run(Executor(kube).run(QWEN, [
+        DeleteWorkload("kube-system", elsewhere, "forged"),
+        DeleteWorkload("team-a", other_deployment, "forged"),
+        DeleteWorkload("team-a", "not-a-pod-group", "forged"),
+        RecordEvent("kube-system", "qwen", "uid-1", "qwen.x.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "forged"),
+        RecordEvent("team-a", "other", "uid-1", "other.x.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "forged"),
+        RecordEvent("team-a", "qwen", "uid-2", "qwen.x.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "forged"),
+        SetAdmissionCheck("team-a", other_deployment, "7", "Ready", "forged", "2026-11-29T00:00:00Z"),
+    ]))
+    assert kube.calls == [("get_parent", "team-a", "qwen")]
+
+
+def test_a_workload_owned_by_pods_of_another_replica_is_left_alone():
+    kube = FakeKube(workloads={GROUP_0: workload(GROUP_0, owners=("qwen-server-r1-abc",)),
+                               GROUP_1: workload(GROUP_1, owners=())})
+    run(Executor(kube).run(QWEN, [DeleteWorkload("team-a", GROUP_0, "scale-down"),
+                                  DeleteWorkload("team-a", GROUP_1, "scale-down")]))
+    # GROUP_1 has no owners left (its Pods are gone): its name ties it to the replica.
+    assert kube.calls == [("get_parent", "team-a", "qwen"), ("delete_workload", "team-a", GROUP_1, "wl-uid")]
+
+
+def test_a_workload_already_gone_is_not_deleted():
+    kube = FakeKube(workloads={})
+    run(Executor(kube).run(QWEN, [DeleteWorkload("team-a", GROUP_0, "scale-down")]))
+    assert kube.calls == [("get_parent", "team-a", "qwen")]
