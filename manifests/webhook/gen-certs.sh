@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Serving certificate for the ModelDeployment webhooks WITHOUT cert-manager.
 #
-#   manifests/webhook/gen-certs.sh [--days N] [--out DIR] [--apply]
+#   manifests/webhook/gen-certs.sh [--namespace NS] [--days N] [--out DIR] [--apply]
 #
 # Generates a private CA and a server certificate for the Service
-# modeldeployment-operator.gpustack-system.svc, then (with --apply) stores the pair in the Secret the
-# operator mounts (gpustack-system/modeldeployment-operator-tls) and patches the CA into both webhook
+# modeldeployment-operator.<NS>.svc (NS defaults to gpustack-system), then (with --apply) stores the
+# pair in the Secret the operator mounts (<NS>/modeldeployment-operator-tls) and patches the CA into both webhook
 # configurations' clientConfig.caBundle. Needs openssl and (for --apply) kubectl. Re-run it before
 # the certificate expires (default 365 days) and restart the operator Deployment.
 set -euo pipefail
 
 SERVICE=modeldeployment-operator
-NAMESPACE=gpustack-system
+NAMESPACE="${NAMESPACE:-gpustack-system}"
 SECRET=modeldeployment-operator-tls
 WEBHOOK=modeldeployment-operator
 DAYS=365
@@ -19,10 +19,11 @@ OUT=""
 APPLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --namespace|-n) NAMESPACE="$2"; shift 2 ;;
     --days) DAYS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --apply) APPLY=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,87 @@
+"""Install into any namespace: the kustomize base follows a `namespace:` overlay, installs the
+webhooks, and the chart keeps copies of the generated CRDs and names no namespace itself.
+(The chart is rendered with helm in tests/e2e/test_install.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "modeldeployment"
+
+
+def kustomize(path: Path) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is needed to render the kustomize bases (it ships on these machines)")
+    out = subprocess.run([kubectl, "kustomize", str(path)], check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_base_installs_the_webhooks_and_a_disruption_budget():
+    kinds = {o["kind"] for o in kustomize(ROOT / "manifests")}
+    assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Certificate", "Issuer",
+            "PodDisruptionBudget"} <= kinds
+    assert "$(" not in json.dumps(kustomize(ROOT / "manifests"))
+
+
+def test_a_namespace_overlay_moves_every_reference():
+    objects = kustomize(ROOT / "examples" / "kustomize" / "namespace")
+    assert "gpustack-system" not in json.dumps(objects)
+    by_kind = {o["kind"]: o for o in objects}
+    assert by_kind["Namespace"]["metadata"]["name"] == "ml-system"
+    assert by_kind["Certificate"]["spec"]["dnsNames"][1:] == [
+        "modeldeployment-operator.ml-system", "modeldeployment-operator.ml-system.svc",
+        "modeldeployment-operator.ml-system.svc.cluster.local"]
+    assert by_kind["Certificate"]["spec"]["commonName"] == "modeldeployment-operator.ml-system.svc"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhook = by_kind[kind]
+        assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            "ml-system/modeldeployment-operator-webhook"
+        assert webhook["webhooks"][0]["clientConfig"]["service"]["namespace"] == "ml-system"
+    hooks = by_kind["CompositeController"]["spec"]["hooks"]
+    assert [hooks[h]["webhook"]["service"]["namespace"] for h in ("customize", "sync", "finalize")] == ["ml-system"] * 3
+    assert by_kind["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml-system"
+
+
+def test_without_cert_manager_overlay_has_no_cert_manager_object():
+    objects = kustomize(ROOT / "examples" / "kustomize" / "without-cert-manager")
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"Certificate", "Issuer"}
+    assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Deployment"} <= kinds
+    assert "inject-ca-from" not in json.dumps(objects)
+
+
+def test_gen_certs_names_the_namespace_it_is_given(tmp_path):
+    script = ROOT / "manifests" / "webhook" / "gen-certs.sh"
+    subprocess.run([str(script), "--namespace", "ml-system", "--out", str(tmp_path)], check=True, capture_output=True)
+    san = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-ext", "subjectAltName"],
+                         check=True, capture_output=True, text=True).stdout
+    assert "DNS:modeldeployment-operator.ml-system.svc" in san and "gpustack-system" not in san
+
+
+def test_kueue_local_queues_live_in_namespaces_the_kustomization_creates():
+    objects = kustomize(ROOT / "manifests" / "kueue")
+    namespaces = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
+    queues = [o for o in objects if o["kind"] == "LocalQueue"]
+    assert queues and {q["metadata"]["namespace"] for q in queues} <= namespaces
+
+
+def test_chart_crds_are_copies_of_the_generated_ones():
+    generated = sorted(p.name for p in (ROOT / "manifests" / "crds").glob("*.yaml"))
+    assert sorted(p.name for p in (CHART / "crds").glob("*.yaml")) == generated
+    for name in generated:
+        assert (CHART / "crds" / name).read_text() == (ROOT / "manifests" / "crds" / name).read_text(), \
+            f"run `modeldeployment crds` (it writes both): {name}"
+
+
+def test_chart_templates_name_no_namespace():
+    for path in (CHART / "templates").iterdir():
+        assert "gpustack-system" not in path.read_text(), path.name
+    assert "gpustack-system" not in (CHART / "values.yaml").read_text()
