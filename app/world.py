@@ -42,6 +42,9 @@ class World:
     artifacts: dict[tuple[str, str], ModelArtifact] = field(default_factory=dict)
     # Kueue Workloads by (namespace, name), kept raw: we read a few status fields only.
     workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # Objects that were read but do not parse, by (kind, namespace, name): why, for the messages
+    # that would otherwise say "does not exist".
+    malformed: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def binding(self, namespace: str, name: str) -> KVCachePoolBinding | None:
         return self.bindings.get((namespace, name))
@@ -51,6 +54,13 @@ class World:
 
     def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.workloads.get((namespace, name))
+
+    def absence(self, kind: str, name: str, namespace: str = "") -> str:
+        """Why an object of `kind` is missing from this world: "does not exist", or malformed and why."""
+        why = self.malformed.get((kind, namespace, name))
+        if why is None:
+            return "does not exist"
+        return f"exists but is malformed ({why}), so it cannot be read"
 
     def add(self, obj: dict[str, Any]) -> None:
         """Adds one object by its kind; objects of other kinds are ignored."""
@@ -66,8 +76,9 @@ class World:
         try:
             parsed = model.model_validate(obj)
         except ValidationError as exc:
-            # A malformed supporting object reads as absent; the reason names it in logs.
+            # A malformed supporting object reads as absent; messages name it and why.
             log.warning("ignoring malformed %s %s/%s: %s", kind, namespace, name, exc.errors()[:3])
+            self.malformed[(kind or "", namespace, name)] = parse_problems(exc)
             return
         if kind == vocab.KIND_INSTANCE_TYPE:
             self.instance_types[name] = parsed  # type: ignore[assignment]
@@ -96,6 +107,16 @@ class World:
             if isinstance(by_name, dict):
                 objects.extend(o for o in by_name.values() if isinstance(o, dict))
         return cls.of(objects)
+
+
+def parse_problems(exc: ValidationError, limit: int = 3) -> str:
+    """The first few of pydantic's errors as `<field path>: <message>`, for a message to a person."""
+    shown = []
+    for error in exc.errors(include_url=False)[:limit]:
+        path = ".".join(str(part) for part in error.get("loc", ())) or "object"
+        shown.append(f"{path}: {error.get('msg', 'invalid')}")
+    more = exc.error_count() - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 # libyaml's parser when PyYAML has it (it does on every wheel we install); the pure one otherwise.

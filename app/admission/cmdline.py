@@ -337,6 +337,33 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
 
 # --- warnings ---------------------------------------------------------------------------------
 
+
+def idle_cards_notices(subject: Subject) -> list[Notice]:
+    """SPEC §10 warning: a declared width (tp×pp×dp-local…, 1 when no degree is passed) below the
+    cards each Pod gets leaves cards idle. Rule 15 refuses the opposite; an unreadable line says nothing."""
+    engine = subject.engine
+    out: list[Notice] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        reading = engine_argv.read_degrees(engine, line.args, _env_map(role))
+        if reading.problems or engine_argv.parse_argv(engine, line.args).config_file:
+            continue
+        cards = _cards_per_pod(subject, role)
+        if cards is None:
+            continue
+        width = engine_argv.declared_width(reading.degrees, pods=role.size)
+        if width < cards:
+            flag = "-tp" if engine == vocab.ENGINE_VLLM else "--tp-size"
+            out.append(Notice(
+                role_path(index, line.field),
+                f"the engine's declared width is {width} card(s) per Pod, below the {cards} card(s) each Pod of role "
+                f"{role.name!r} gets: {cards - width} card(s) idle; pass the degrees (e.g. {flag} {cards}) or request "
+                f"{width} card(s)"))
+    return out
+
+
 API_KEY_WARNING = ("guards the engine's /v1 routes: probes and gates reading /v1 (a decode role's /v1/models) get "
                    "401, so a disaggregated pair's decoder never becomes Ready; north-south auth belongs at the gateway")
 

@@ -20,9 +20,10 @@ from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
 from app.api.v1 import Role
 from app.engines import router_flags
-from app.engines.common import transfer_leg_rendered
+from app.engines.common import leg_protocol, on_ascend, transfer_leg_rendered
 from app.control import bounds
 from app.render import names, tenant
+from app.render.pod import role_ports, routing_proxy_rendered
 from app.render.context import RenderOptions, backend_protocols, build_context
 from app.world import World
 
@@ -87,9 +88,9 @@ def generated_names(subject: Subject) -> list[Refusal]:
     out: list[Refusal] = []
     deployment = subject.md.metadata.name
     for index, role in enumerate(subject.md.spec.roles):
-        longest = names.longest_generated_name(deployment, role.name, role.replicas, role.size)
         if _names_unchanged(subject, role):
             continue
+        longest = names.longest_generated_name(deployment, role.name, role.replicas, role.size)
         excess = len(longest) - names.LABEL_MAX
         if excess <= 0:
             continue
@@ -108,7 +109,6 @@ def generated_names(subject: Subject) -> list[Refusal]:
     return out
 
 
-def service_labels(subject: Subject) -> list[Refusal]:
 def _names_unchanged(subject: Subject, role: Role) -> bool:
     """Rule 2's exemption: the stored object had this role with the same replicas and size, so it
     generates no name it did not generate before (an image edit is never refused for its names)."""
@@ -116,6 +116,7 @@ def _names_unchanged(subject: Subject, role: Role) -> bool:
     return stored is not None and stored.replicas == role.replicas and stored.size == role.size
 
 
+def service_labels(subject: Subject) -> list[Refusal]:
     """Rule 8: `<deployment>-<role>` names a Service, so it must be a DNS-1035 label.
 
     Exempt for roles the stored object already had: they were admitted under the rule of their day
@@ -417,9 +418,9 @@ def _resource_mode(index: int, role: Role, it: InstanceType) -> list[Refusal]:
         return [Refusal(f"{path}.{field}",
                         f"InstanceType {name!r} is not acceleratable (CPU only) and offers no accelerator",
                         "remove the accelerator request, or name an acceleratable InstanceType")]
-    out: list[Refusal] = []
     if (sliced or profile) and not it.observed:
         return [_unobserved(index, role, it, "a partition" if profile else "a logical slice")]
+    out: list[Refusal] = []
     if sliced and not it.offers_slices:
         field = ("acceleratorSlicedMemoryPercentage" if res.accelerator_sliced_memory_percentage
                  else "acceleratorSlicedCoresPercentage")
@@ -449,7 +450,6 @@ def _resource_mode(index: int, role: Role, it: InstanceType) -> list[Refusal]:
     return out
 
 
-def explicit_zero_on_shared_type(subject: Subject) -> list[Refusal]:
 def _unobserved(index: int, role: Role, it: InstanceType, mode: str) -> Refusal:
     """Rule 4 before the type's hardware is observed: which modes it offers is not known yet."""
     res = role.resources
@@ -464,6 +464,7 @@ def _unobserved(index: int, role: Role, it: InstanceType, mode: str) -> Refusal:
                    f"{name} shows status.detail), or request whole cards")
 
 
+def explicit_zero_on_shared_type(subject: Subject) -> list[Refusal]:
     """Rule 6: `accelerator: 0` on an acceleratable type another role of the deployment also names."""
     world = subject.world
     if world is None:
@@ -609,19 +610,19 @@ def cache_notices(subject: Subject) -> list[Notice]:
         return []
     binding, pool, backend = _cache_chain(subject)
     ns = subject.md.metadata.namespace
-    if binding is None:
     world = subject.world
+    if binding is None:
         absence = world.absence(vocab.KIND_KV_CACHE_POOL_BINDING, spec.pool_ref.name, ns)
         return [Notice("spec.kvCache.poolRef.name", f"KVCachePoolBinding {spec.pool_ref.name!r} {absence} in "
                        f"namespace {ns!r}: no replica starts until an administrator creates or repairs it "
                        "(status reports DomainRegistered=False/BindingNotFound)")]
     if pool is None:
-        return [Notice("spec.kvCache.poolRef.name", f"KVCachePool {binding.spec.pool_ref.name!r} of binding "
         absence = world.absence(vocab.KIND_KV_CACHE_POOL, binding.spec.pool_ref.name)
+        return [Notice("spec.kvCache.poolRef.name", f"KVCachePool {binding.spec.pool_ref.name!r} of binding "
                        f"{spec.pool_ref.name!r} {absence}: replicas wait for it")]
     if backend is None:
-        return [Notice("spec.kvCache.poolRef.name", f"KVCacheBackend {pool.backend_name!r} of pool "
         absence = world.absence(vocab.KIND_KV_CACHE_BACKEND, pool.backend_name or "")
+        return [Notice("spec.kvCache.poolRef.name", f"KVCacheBackend {pool.backend_name!r} of pool "
                        f"{pool.metadata.name!r} {absence}: replicas wait until an administrator repairs it")]
     protocols = backend_protocols(backend)
     if len(protocols) > 1 and not new_binding(subject):
@@ -698,7 +699,6 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
     return out
 
 
-# --- the router: rule 18 ----------------------------------------------------------------------
 # --- transports and routed ports: rule 19, the Ascend transport (SPEC §6) --------------------
 
 ASCEND_TRANSFER_PROTOCOLS = ("Auto", "CANN")
@@ -751,6 +751,7 @@ def routed_ports(subject: Subject) -> list[Refusal]:
             for index, role, port in served if port != first]
 
 
+# --- the router: rule 18 ----------------------------------------------------------------------
 
 ROUTER_ENGINE = {vocab.ROUTER_VLLM: vocab.ENGINE_VLLM, vocab.ROUTER_SGLANG: vocab.ENGINE_SGLANG}
 

@@ -41,6 +41,8 @@ RULES: tuple[Rule, ...] = (
     rules.cache_binding,  # 16
     rules.engine_version,  # 17
     rules.router_rules,  # 18
+    rules.routed_ports,  # 19
+    rules.ascend_transfer_protocol,  # SPEC §6: the transport of an Ascend pool
     rules.volumes,  # subPath and volume sources
     rules.operator_owned_mounts,  # 20
     rules.total_pods,  # 21
@@ -49,6 +51,7 @@ RULES: tuple[Rule, ...] = (
 NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
     cmdline.api_key_notices,
     cmdline.inert_extra_args_notices,
+    cmdline.idle_cards_notices,
     rules.cache_notices,
     rules.artifact_notices,
 )

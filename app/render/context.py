@@ -76,9 +76,11 @@ def resolve_attachment(md: ModelDeployment, world: World) -> Attachment | None:
     name = spec.pool_ref.name
     binding: KVCachePoolBinding | None = world.binding(md.metadata.namespace, name)
     if binding is None:
+        absence = world.absence(vocab.KIND_KV_CACHE_POOL_BINDING, name, md.metadata.namespace)
         return Attachment(binding=name, hold_reason=vocab.REASON_BINDING_NOT_FOUND,
-                          hold_message=f"KVCachePoolBinding {name!r} does not exist in namespace "
-                                       f"{md.metadata.namespace!r}; an administrator must create it to grant the pool")
+                          hold_message=f"KVCachePoolBinding {name!r} {absence} in namespace "
+                                       f"{md.metadata.namespace!r}; an administrator must create or repair it to "
+                                       "grant the pool")
     pool_name = binding.spec.pool_ref.name
     base = Attachment(binding=name, pool=pool_name, domain=binding.spec.domain)
     if binding.metadata.deletion_timestamp or binding.status.phase == "Deleting":
@@ -88,7 +90,8 @@ def resolve_attachment(md: ModelDeployment, world: World) -> Attachment | None:
                      f"KVCachePoolBinding {name!r} is {binding.status.phase or 'not yet reconciled'}, not Ready")
     pool: KVCachePool | None = world.pools.get(pool_name)
     if pool is None:
-        return _hold(base, vocab.REASON_BINDING_NOT_READY, f"KVCachePool {pool_name!r} of binding {name!r} does not exist")
+        return _hold(base, vocab.REASON_BINDING_NOT_READY, f"KVCachePool {pool_name!r} of binding {name!r} "
+                     f"{world.absence(vocab.KIND_KV_CACHE_POOL, pool_name)}")
     if pool.metadata.deletion_timestamp or pool.status.phase == "Deleting":
         return _hold(base, vocab.REASON_BINDING_DELETING, f"KVCachePool {pool_name!r} is being deleted")
     if pool.status.phase not in ("Ready", "Degraded") or not pool.status.client_endpoint:
@@ -98,7 +101,8 @@ def resolve_attachment(md: ModelDeployment, world: World) -> Attachment | None:
     backend = world.backends.get(pool.backend_name or "")
     if backend is None:
         return _hold(base, vocab.REASON_BINDING_NOT_READY,
-                     f"KVCacheBackend {pool.backend_name!r} of pool {pool_name!r} does not exist")
+                     f"KVCacheBackend {pool.backend_name!r} of pool {pool_name!r} "
+                     f"{world.absence(vocab.KIND_KV_CACHE_BACKEND, pool.backend_name or '')}")
     return Attachment(binding=name, pool=pool_name, domain=binding.spec.domain, endpoint=pool.status.client_endpoint,
                       protocols=backend_protocols(backend))
 

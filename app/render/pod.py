@@ -219,9 +219,10 @@ def _container_ports(role: Role, ports: Ports, engine: EngineRender) -> list[dic
 def instance_type_of(ctx: DeploymentContext, role: Role) -> InstanceType:
     instance_type = ctx.world.instance_types.get(role.instance_type)
     if instance_type is None:
+        absence = ctx.world.absence(vocab.KIND_INSTANCE_TYPE, role.instance_type)
         raise RenderError(
-            f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} does not exist; create it or "
-            f"name an existing type (resolves once it exists)", resolves_later=True)
+            f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} {absence}; create or repair it, "
+            f"or name an existing type (resolves once it can be read)", resolves_later=True)
     return instance_type
 
 

@@ -24,6 +24,9 @@ A10G = "gpustack-nvidia-a10g-linux-amd64"
 A10G_B = "gpustack-nvidia-a10g-b-linux-amd64"
 H20 = "gpustack-nvidia-h20-linux-amd64"
 CPU = "gpustack-cpu-linux-amd64"
+ASCEND = "gpustack-ascend-910b-linux-arm64"
+UNOBSERVED = "gpustack-unobserved-linux-amd64"
+MALFORMED = "gpustack-malformed-linux-amd64"
 DELETED_AT = "2026-11-29T12:00:00Z"
 
 
@@ -46,8 +49,19 @@ def _extra_world() -> list[dict[str, Any]]:
     a10g = next(o for o in load_yaml_objects(EXAMPLES / "world") if o["metadata"]["name"] == A10G)
     twin = copy.deepcopy(a10g)
     twin["metadata"]["name"] = A10G_B
+    unobserved = copy.deepcopy(a10g)
+    unobserved["metadata"]["name"] = UNOBSERVED
+    unobserved["status"]["detail"] = {}
+    malformed = copy.deepcopy(a10g)
+    malformed["metadata"]["name"] = MALFORMED
+    malformed["spec"]["acceleratable"] = "perhaps"
+    broken = _backend("broken", "TCP")
+    broken[0]["spec"]["transport"]["protocol"] = "Carrier-Pigeon"
     return [
         twin,
+        unobserved,
+        malformed,
+        *broken,
         *_backend("mixed", "TCP", [{"name": "a"}, {"name": "b", "transport": {"protocol": "RDMA"}}]),
         *_backend("rdma", "RDMA"),
         *_backend("efa", "EFA"),
@@ -145,6 +159,8 @@ CASES: list[Case] = [
     # 2 -----------------------------------------------------------------------------------------
     Case("2-long-names", server(name="r" * 50, replicas=12), "spec.roles[0]", "characters",
          says_also=["qwen-" + "r" * 50 + "-r11-", "shorter"]),
+    Case("2-long-names-more-replicas", server(name="r" * 50, replicas=13), "spec.roles[0]", "characters",
+         old=server(name="r" * 50, replicas=12)),
     Case("2-long-names-size", server(name="r" * 52, size=2, replicas=100, resources={"accelerator": 1}),
          "spec.roles[0]", "at most 63", says_also=["at most 10 replicas"]),
     # 3 -----------------------------------------------------------------------------------------
@@ -198,6 +214,13 @@ CASES: list[Case] = [
          "spec.roles[0].resources.accelerator", "share of one card"),
     Case("4-cpu-type-cards", server(instanceType=CPU, resources={"accelerator": 1}),
          "spec.roles[0].resources.accelerator", "not acceleratable"),
+    Case("4-slice-unobserved", server(instanceType=UNOBSERVED, resources={"acceleratorSlicedMemoryPercentage": 50}),
+         "spec.roles[0].resources.acceleratorSlicedMemoryPercentage", "has not observed its hardware yet",
+         says_also=["status.detail is empty", "retry once the type's status converges"]),
+    Case("4-partition-unobserved", server(instanceType=UNOBSERVED, resources={"acceleratorPartitionedProfile": "1g"}),
+         "spec.roles[0].resources.acceleratorPartitionedProfile", "whether it offers a partition is not known"),
+    Case("4-type-malformed", server(instanceType=MALFORMED), "spec.roles[0].instanceType", "is malformed",
+         says_also=["spec.acceleratable"]),
     Case("4-fractional-cards", server(resources={"accelerator": "1500m"}), "spec.roles[0].resources.accelerator",
          "whole number"),
     # 5 -----------------------------------------------------------------------------------------
@@ -379,6 +402,22 @@ CASES: list[Case] = [
     Case("18-gateway-prefix", with_(pair("SGLang"), lambda o: spec(o)["router"].update(
         name="sglang-gateway", extraArgs=["--prefill-sel=x"])), "spec.router.extraArgs[0]",
          "--prefill-sel is --prefill-selector"),
+    # 19 ----------------------------------------------------------------------------------------
+    Case("19-declared-port", pair(decode={"ports": [{"port": 8100}]}), "spec.roles[1].ports[0].port",
+         "prefill 8000 (spec.roles[0]), decode 8100 (spec.roles[1])", says_also=["dials one target port",
+                                                                               "serve every routed role on one port"]),
+    Case("19-own-port", pair(prefill={"ports": [{"port": 9000}]}), "spec.roles[1].ports", "prefill 9000",
+         says_also=["decode 8000"]),
+    Case("19-own-port-flag", pair("SGLang", prefill={"extraArgs": ["--port", "9000"]},
+                                  decode={"extraArgs": ["--port", "9100"]}), "spec.roles[1].extraArgs",
+         "prefill 9000 (spec.roles[0]), decode 9100 (spec.roles[1])"),
+    # SPEC §6: the transport of an Ascend pool ---------------------------------------------------
+    Case("ascend-rdma", with_(pair(prefill={"instanceType": ASCEND}, decode={"instanceType": ASCEND}),
+                              lambda o: spec(o).update(kvTransfer={"protocol": "RDMA"})),
+         "spec.kvTransfer.protocol", "RDMA is not a transport of an Ascend pool", says_also=["CANN or Auto"]),
+    Case("ascend-tcp-one-role", with_(pair(decode={"instanceType": ASCEND}),
+                                      lambda o: spec(o).update(kvTransfer={"protocol": "TCP"})),
+         "spec.kvTransfer.protocol", f"decode ({ASCEND})"),
     # additionalVolumes ------------------------------------------------------------------------
     Case("subpath-dotdot", server(additionalVolumes=[{"mountPath": "/data", "subPath": "a/../../b",
                                                       "configMap": {"name": "c"}}]),
@@ -439,10 +478,23 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
      cached(server(extraArgs=["--kv-cache-dtype", "fp8"]))),
     ("explicit-zero-on-unshared-type", server(resources={"accelerator": 0}), None),
     ("port-agrees", server(ports=[{"port": 9000}], extraArgs=["--port=9000"]), None),
-    ("proxied-decoder-own-engine-port", pair(decode={"ports": [{"port": 9000}], "extraArgs": ["--port", "9100"]}),
+    ("proxied-decoder-own-engine-port", pair(prefill={"ports": [{"port": 9000}]},
+                                             decode={"ports": [{"port": 9000}], "extraArgs": ["--port", "9100"]}),
      None),
-    ("sglang-decoder-port-agrees", pair("SGLang", decode={"ports": [{"port": 9000}], "extraArgs": ["--port", "9000"]}),
-     None),
+    ("sglang-decoder-port-agrees", pair("SGLang", prefill={"ports": [{"port": 9000}]},
+                                        decode={"ports": [{"port": 9000}], "extraArgs": ["--port", "9000"]}), None),
+    ("routed-ports-agree-by-flag", pair("SGLang", prefill={"extraArgs": ["--port", "9000"]},
+                                        decode={"ports": [{"port": 9000}]}), None),
+    ("unrouted-pair-ports-differ", pair(router=None, decode={"ports": [{"port": 8100}]}), None),
+    ("ascend-cann", with_(pair(prefill={"instanceType": ASCEND}, decode={"instanceType": ASCEND}),
+                          lambda o: spec(o).update(kvTransfer={"protocol": "CANN"})), None),
+    ("ascend-auto", with_(pair(prefill={"instanceType": ASCEND}, decode={"instanceType": ASCEND}),
+                          lambda o: spec(o).update(kvTransfer={"protocol": "Auto"})), None),
+    ("ascend-sglang-tcp", with_(pair("SGLang", prefill={"instanceType": ASCEND}, decode={"instanceType": ASCEND}),
+                                lambda o: spec(o).update(kvTransfer={"protocol": "TCP"})), None),
+    ("whole-cards-on-unobserved-type", server(instanceType=UNOBSERVED, resources={"accelerator": 1}), None),
+    ("stored-long-names-image-edit", server(name="r" * 50, replicas=12, image="mine:2"),
+     server(name="r" * 50, replicas=12, image="mine:1")),
     ("own-port-without-ports", server(extraArgs=["--port", "9100"]), None),
     ("kv-events-port-without-router", server(ports=[{"port": 5557}]), None),
     ("kv-events-port-on-sglang-router", with_(sglang(ports=[{"port": 5557}]),
@@ -554,3 +606,52 @@ def test_warnings_fit_the_api_server_limit() -> None:
     verdict = run(cached(server(extraArgs=["--api-key", "k"], command=None), "team-a-mixed"),
                   cached(server(), "team-a-mixed"))
     assert all(len(str(w)) <= 256 for w in verdict.warnings)
+
+
+def test_an_unobserved_type_is_never_said_to_offer_no_slices() -> None:
+    verdict = run(server(instanceType=UNOBSERVED, resources={"acceleratorSlicedMemoryPercentage": 50}))
+    assert not any("offers no" in str(r) for r in verdict.refusals), verdict.refusals
+
+
+def test_a_malformed_backend_is_named_malformed_and_why() -> None:
+    verdict = run(cached(server(), "team-a-broken"))
+    assert verdict.allowed, verdict.refusals
+    text = "\n".join(map(str, verdict.warnings))
+    assert "KVCacheBackend 'broken'" in text and "malformed" in text and "Carrier-Pigeon" not in text
+    assert "spec.transport.protocol" in text and "does not exist" not in text
+
+
+def test_a_malformed_backend_holds_replicas_with_the_reason() -> None:
+    from app.api.v1 import ModelDeployment
+    from app.render.context import resolve_attachment
+
+    md = ModelDeployment.model_validate(cached(server(), "team-a-broken"))
+    attachment = resolve_attachment(md, WORLD)
+    assert attachment is not None and not attachment.usable
+    assert "malformed (spec.transport.protocol" in attachment.hold_message
+
+
+IDLE: list[tuple[str, dict[str, Any], str | None]] = [
+    ("two-cards-no-degree", server(resources={"accelerator": 2}), "declared width is 1 card(s) per Pod, below the 2"),
+    ("four-cards-tp-2", server(resources={"accelerator": 4}, extraArgs=["-tp", "2"]), "width is 2 card(s) per Pod, below the 4"),
+    ("sglang-two-cards", sglang(resources={"accelerator": 2}), "--tp-size 2"),
+    ("take-over-readable", server(resources={"accelerator": 2}, command=["vllm", "serve", "m"]), "below the 2"),
+    ("fits", server(resources={"accelerator": 2}, extraArgs=["-tp", "2"]), None),
+    ("dp-fills", server(resources={"accelerator": 4}, extraArgs=["-tp", "2", "-dp", "2"]), None),
+    ("one-card", server(), None),
+    ("shell-unreadable", server(resources={"accelerator": 2}, command=["sh", "-c", "vllm serve m"]), None),
+    ("cpu-type", server(instanceType=CPU, resources={}), None),
+    ("slice", server(resources={"acceleratorSlicedMemoryPercentage": 50}), None),
+]
+
+
+@pytest.mark.parametrize("obj,says", [(o, w) for _, o, w in IDLE], ids=[i for i, _, _ in IDLE])
+def test_idle_cards_warning_names_both_numbers(obj: dict[str, Any], says: str | None) -> None:
+    verdict = run(obj)
+    assert verdict.allowed, verdict.refusals
+    idle = [w for w in verdict.warnings if "idle" in w.message]
+    if says is None:
+        assert not idle, idle
+    else:
+        assert len(idle) == 1 and says in str(idle[0]), idle
+        assert str(idle[0]).startswith("spec.roles[0].")

@@ -48,7 +48,7 @@ def test_minimal_example_renders_four_pods_and_the_role_service():
         assert pod["metadata"]["name"].startswith(f"qwen-chat-server-r{ordinal}-")
         container = engine(pod)
         assert container["image"] == "gpustack/runner:cuda12.9-vllm0.29.0"
-        assert container["command"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-72B-Instruct"]
+        assert container["command"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
         assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
         assert container["resources"]["requests"] == container["resources"]["limits"]
         assert not set(env_of(container)) & set(vocab.REPLICA_ENV)
@@ -255,7 +255,7 @@ def test_artifact_not_resolved_creates_no_pod():
     pod = pods(result)[0]
     c = engine(pod)
     assert c["command"][2] == "/var/lib/gpustack/model/qwen"
-    assert c["command"][c["command"].index("--served-model-name") + 1] == "Qwen/Qwen2.5-72B-Instruct"
+    assert c["command"][c["command"].index("--served-model-name") + 1] == "Qwen/Qwen2.5-14B-Instruct"
     assert {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["spec"]["volumes"]
     assert condition(result, vocab.COND_WEIGHTS_READY)["status"] == "True"
 
