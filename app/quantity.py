@@ -18,6 +18,24 @@ class QuantityError(ValueError):
     pass
 
 
+# The largest magnitude a Kubernetes quantity holds in its canonical form (an int64 of its unit);
+# beyond it the number cannot be rendered back (e.g. "1e999999" passes the CRD's pattern).
+LIMIT = Decimal(2**63 - 1)
+_MAX_EXPONENT = 30
+
+
+def unrepresentable(value: object) -> str | None:
+    """Why a quantity cannot be represented (too large), or None. Text that is not a quantity at
+    all is not judged here (the CRD pattern and the rules that parse it say so)."""
+    try:
+        amount = parse(value)  # type: ignore[arg-type]
+    except QuantityError as exc:
+        return str(exc) if "larger than" in str(exc) else None
+    if abs(amount) > LIMIT:
+        return f"{value!r} is larger than a Kubernetes quantity can hold (at most 2^63-1 of its unit)"
+    return None
+
+
 def parse(value: int | str | float | None) -> Decimal:
     """A quantity as a Decimal (`"16Gi"` -> 17179869184, `"500m"` -> 0.5)."""
     if value is None:
@@ -25,6 +43,8 @@ def parse(value: int | str | float | None) -> Decimal:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, (int, float)):
+        if isinstance(value, int) and abs(value) > LIMIT:
+            raise QuantityError(f"{value!r} is larger than a Kubernetes quantity can hold (at most 2^63-1 of its unit)")
         return Decimal(str(value))
     match = _QUANTITY.match(value.strip())
     if not match:
@@ -38,7 +58,10 @@ def parse(value: int | str | float | None) -> Decimal:
         return base * _BINARY[suffix]
     if suffix in _DECIMAL:
         return base * _DECIMAL[suffix]
-    return base * (Decimal(10) ** int(suffix[1:]))
+    exponent = int(suffix[1:])
+    if exponent > _MAX_EXPONENT:
+        raise QuantityError(f"{value!r} is larger than a Kubernetes quantity can hold (at most 2^63-1 of its unit)")
+    return base * (Decimal(10) ** max(exponent, -_MAX_EXPONENT))
 
 
 def whole(value: int | str | None) -> int | None:

@@ -8,12 +8,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+from app import quantity
+
+def _representable(value: int | str) -> int | str:
+    """A quantity too large to be represented (e.g. "1e999999") is refused where it is read, naming
+    its field, instead of failing every render that multiplies it (issue 12)."""
+    problem = quantity.unrepresentable(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
 
 # A Kubernetes quantity ("2", 2, "500m"). Parsed by app.quantity where a number is needed.
 Quantity = Annotated[
     int | str,
+    AfterValidator(_representable),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],

@@ -133,7 +133,7 @@ def _previous_desired(ctx: DeploymentContext, role: str) -> int:
     for entry in (ctx.md.status or {}).get("roles") or []:
         if isinstance(entry, dict) and entry.get("name") == role:
             desired = entry.get("desired")
-            return desired if isinstance(desired, int) and desired > 0 else 0
+            return min(desired, vocab.MAX_ROLE_REPLICAS) if isinstance(desired, int) and desired > 0 else 0
     return 0
 
 
