@@ -1,0 +1,68 @@
+"""The service's listeners: webhooks and hooks on separate ports by default, the certificate reloaded.
+
+- webhook listener (`--port`, TLS when a certificate is given): `/webhooks/*` for the API server;
+- hooks listener (`--hooks-port`, default 8081, plain HTTP inside the cluster): `/hooks/*` for
+  Metacontroller;
+- both: `/healthz`, `/readyz`, `/metrics`.
+
+Apart, each port can be admitted from its one caller by a NetworkPolicy
+(manifests/operator/networkpolicy.yaml). `--hooks-port 0` serves everything on `--port` (local
+runs only). One process, one app and one lifespan (the webhook listener runs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from app.settings import Settings
+from app.web.guard import HOOK_PATHS, WEBHOOK_PATHS, Listener
+from app.web.tls import CertificateReloader
+
+
+@dataclass
+class Listeners:
+    servers: list[uvicorn.Server]
+    reloader: CertificateReloader | None
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.should_exit = True
+
+
+def listeners(app: Any, settings: Settings, *, host: str, port: int, hooks_port: int,
+              **options: Any) -> Listeners:
+    """`options` go to both uvicorn.Config (logging)."""
+    tls = settings.tls_cert_file is not None and settings.tls_key_file is not None
+    webhook_app = app if hooks_port == 0 else Listener(app, WEBHOOK_PATHS)
+    webhooks = uvicorn.Config(
+        webhook_app, host=host, port=port, lifespan="on", **options,
+        ssl_certfile=str(settings.tls_cert_file) if tls else None,
+        ssl_keyfile=str(settings.tls_key_file) if tls else None,
+    )
+    configs = [webhooks]
+    if hooks_port != 0:
+        # The second listener shares the first one's app and lifespan state.
+        configs.append(uvicorn.Config(Listener(app, HOOK_PATHS), host=host, port=hooks_port, lifespan="off",
+                                      **options))
+    reloader = None
+    if tls:
+        webhooks.load()  # builds the SSLContext now, so the reloader holds the one the listener serves
+        assert webhooks.ssl is not None and settings.tls_cert_file and settings.tls_key_file
+        reloader = CertificateReloader(webhooks.ssl, settings.tls_cert_file, settings.tls_key_file)
+    return Listeners([uvicorn.Server(c) for c in configs], reloader)
+
+
+async def serve(listening: Listeners, settings: Settings) -> None:
+    """Runs the listeners until they stop (SIGTERM), with the certificate watcher beside them."""
+    watcher = None
+    if listening.reloader is not None and settings.tls_reload_seconds > 0:
+        watcher = asyncio.create_task(listening.reloader.watch(settings.tls_reload_seconds))
+    try:
+        await asyncio.gather(*(server.serve() for server in listening.servers))
+    finally:
+        if watcher is not None:
+            watcher.cancel()
