@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from app import vocab
+from app import logs, vocab
 from app.api.hooks import HookRequest
 from app.control.sync import SyncFailed, SyncSettings, reconcile
 from app.kube.executor import utc_now
@@ -109,13 +108,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     host = args.host or settings.host
     configs = [uvicorn.Config(
-        app, host=host, port=args.port or settings.port, log_level="info", lifespan="on",
+        app, host=host, port=args.port or settings.port, log_level=None, log_config=None, lifespan="on",
         ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
         ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
     )]
     if args.hooks_port:
         # The second listener shares the first one's app and lifespan state.
-        configs.append(uvicorn.Config(app, host=host, port=args.hooks_port, log_level="info", lifespan="off"))
+        configs.append(uvicorn.Config(app, host=host, port=args.hooks_port, log_level=None, log_config=None,
+                                      lifespan="off"))
 
     async def run() -> None:
         servers = [uvicorn.Server(c) for c in configs]
@@ -167,10 +167,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    # One line per API request is noise at INFO; failures surface through our own logs.
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    settings = Settings()
+    logs.configure(settings.log_json, settings.log_level)
     args = parser().parse_args(argv)
     return int(args.func(args) or 0)
 

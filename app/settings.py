@@ -34,7 +34,9 @@ class Settings(BaseSettings):
     admission_check_keeper_seconds: float = 60.0
     # Webhook reads must finish well inside the API server's webhook timeout.
     api_timeout_seconds: float = 4.0
+    # One JSON object per log line (app and uvicorn alike), else plain lines; the root level.
     log_json: bool = False
+    log_level: str = "INFO"
 
     kv_cache_dtype_owned: bool = Field(
         default=True,

@@ -23,6 +23,7 @@ from app.api.hooks import CustomizeRequest, HookRequest, read_sync_request, sync
 from app.control.intents import Intent
 from app.control.sync import SyncFailed, SyncSettings, customize, reconcile
 from app.kube.executor import ParentMismatch, ParentRef, utc_now
+from app.web import metrics
 from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
 from app.web.state import ServiceState
 
@@ -133,13 +134,16 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, li
     parent = _parent_ref(hook_request.parent)
     if hook == "finalize":
         hook_request.finalizing = True
+    now = utc_now()
     try:
-        result = reconcile(hook_request, settings, now=utc_now())
+        result = reconcile(hook_request, settings, now=now)
     except SyncFailed as exc:
+        metrics.observe_render_failure(hook_request.parent, exc.resolves_later)
         raise _RenderFailed(parent, exc) from exc
     except RecursionError as exc:
         raise _BadRequest("the parent is nested too deeply to be a ModelDeployment") from exc
     body = _answer_bytes(sync_response(result.status, result.children, result.resync_after, result.finalized))
+    metrics.observe_sync(hook_request.parent, result.status, result.intents, result.finalized, now)
     line = (f"{hook} {parent.namespace}/{parent.name}: {len(result.children)} children, "
             f"{len(result.intents)} intents, phase {result.status.get('phase')}")
     return body, result.intents, line, parent

@@ -154,7 +154,7 @@ def test_installed_wheel_serves(installed, tmp_path):
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MODELDEPLOYMENT_", "PYTHON"))}
     env["MODELDEPLOYMENT_KUBE"] = "off"
-    proc = subprocess.Popen([str(installed / "modeldeployment"), "serve", "--port", str(port)], cwd=tmp_path,
+    proc = subprocess.Popen([str(installed / "modeldeployment"), "serve", "--port", str(port), "--hooks-port", "0"], cwd=tmp_path,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30
