@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from app import vocab
-from app.admission import mutate, validate
+from app.admission import fields, mutate, validate
 from app.admission.model import Notice, Refusal, Verdict
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
@@ -288,8 +288,45 @@ async def review_offline(obj: dict[str, Any], old: dict[str, Any] | None, world:
     return mutated, validated
 
 
+@dataclass(frozen=True)
+class OfflineVerdict:
+    """What `modeldeployment validate` prints for one object: the cluster's answer, as text."""
+
+    allowed: bool
+    message: str  # the refusals, one per line (as the webhook's status.message), "" when allowed
+    warnings: list[str]
+
+
+def _message_lines(message: str) -> list[str]:
+    """The webhook's status.message back as its lines (it prefixes "N problems:" above one)."""
+    lines = message.splitlines()
+    if len(lines) > 1 and lines[0].endswith("problems:"):
+        return lines[1:]
+    return lines
+
+
+def offline_verdict(obj: dict[str, Any], old: dict[str, Any] | None, world: World, *,
+                    kv_cache_dtype_owned: bool) -> OfflineVerdict:
+    """The API server's own checks first (apiVersion, kind, strict unknown fields, as kubectl's
+    strict field validation asks), then both webhooks on what the user meant (a near-miss field
+    renamed), every refusal reported together."""
+    strict = fields.type_refusals(obj) + fields.unknown_fields(obj)
+    target = fields.corrected(obj) if strict else obj
+    _mutated, validated = asyncio.run(review_offline(target, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned))
+    response = validated["response"]
+    warnings = list(response.get("warnings") or [])
+    if response["allowed"] and not strict:
+        return OfflineVerdict(True, "", warnings)
+    lines = [str(r) for r in strict]
+    if not response["allowed"]:
+        lines += _message_lines(response["status"]["message"])
+    message = lines[0] if len(lines) == 1 else f"{len(lines)} problems:\n" + "\n".join(lines)
+    return OfflineVerdict(False, message, warnings)
+
+
 def _deployments(path: Path) -> list[dict[str, Any]]:
-    return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
+    """The ModelDeployments of a file, and objects of our group whose kind is a near miss of it."""
+    return [o for o in load_yaml_objects(path) if fields.is_candidate(o)]
 
 
 def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cache_dtype_owned: bool | None = None,
@@ -336,14 +373,13 @@ def _print_verdicts(deployments: list[dict[str, Any]], olds: list[dict[str, Any]
             stored = olds[0]
         if stored is not None and isinstance(stored.get("metadata"), dict):
             stored["metadata"].setdefault("namespace", meta["namespace"])
-        _mutated, validated = asyncio.run(review_offline(obj, stored, cluster, kv_cache_dtype_owned=kv_cache_dtype_owned))
-        response = validated["response"]
-        for warning in response.get("warnings") or []:
+        verdict = offline_verdict(obj, stored, cluster, kv_cache_dtype_owned=kv_cache_dtype_owned)
+        for warning in verdict.warnings:
             print(f"Warning: {warning}", file=err)
-        if response["allowed"]:
+        if verdict.allowed:
             print(f"{name}: allowed", file=out)
         else:
             status = 1
             print(f"{name}: refused", file=out)
-            print(response["status"]["message"], file=out)
+            print(verdict.message, file=out)
     return status

@@ -6,6 +6,7 @@ serves the webhook and `modeldeployment validate`.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 from pydantic import ValidationError
@@ -96,6 +97,55 @@ def parse(raw: Any) -> tuple[ModelDeployment | None, list[Refusal]]:
         return None, [Refusal("object", f"cannot be read: {exc}", SCHEMA_REMEDY)]
 
 
+def _target(document: Any, loc: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The concrete path of the deepest key of `loc` present in `document` (union tags skipped);
+    None when it is a list item or nothing (taking an item out would move every later index)."""
+    node: Any = document
+    path: list[Any] = []
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        else:
+            break
+    if not path or isinstance(path[-1], int):
+        return None
+    return tuple(path)
+
+
+def _delete(document: Any, path: tuple[Any, ...]) -> None:
+    node = document
+    for part in path[:-1]:
+        node = node[part]
+    node.pop(path[-1], None)
+
+
+def repair(raw: Any) -> tuple[dict[str, Any], ModelDeployment] | None:
+    """The object without the values the schema refuses (their defaults apply), parsed; None when a
+    required field is missing or a refused value cannot be taken out."""
+    if not isinstance(raw, dict):
+        return None
+    fixed = copy.deepcopy(raw)
+    for _attempt in range(3):
+        try:
+            return fixed, ModelDeployment.model_validate(fixed)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if any(e.get("type") == "missing" for e in errors):
+                return None
+            targets = {_target(fixed, tuple(e.get("loc", ()))) for e in errors}
+            if None in targets:
+                return None
+            for path in sorted(targets, key=len, reverse=True):  # type: ignore[arg-type]
+                _delete(fixed, path)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # pragma: no cover - pydantic wraps these
+            return None
+    return None
+
+
 def is_deleting(raw: Any) -> bool:
     meta = raw.get("metadata") if isinstance(raw, dict) else None
     return bool(isinstance(meta, dict) and meta.get("deletionTimestamp"))
@@ -114,7 +164,11 @@ def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World |
         if verdict.refusals:  # rule 1 already said it better than "List should have at most 10 items"
             errors = [e for e in errors if e.path != "spec.roles"]
         verdict.refusals += errors
-        return verdict
+        # A schema error must not hide the rule refusals: run the rules on what the schema accepts.
+        repaired = repair(raw)
+        if repaired is None:
+            return verdict
+        raw, md = repaired
     old: ModelDeployment | None = None
     if old_raw is not None:
         old, old_errors = parse(old_raw)
