@@ -87,14 +87,15 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """One app on one or two listeners: TLS for the API server's webhooks, plain HTTP for the hooks.
+    """One app on two listeners (app/web/serving.py): TLS for the API server's webhooks on --port,
+    plain HTTP for Metacontroller's hooks on --hooks-port; each serves only its own paths.
 
     Metacontroller calls hooks over in-cluster HTTP (its examples do); the API server requires
-    TLS for admission webhooks. Both listeners serve the same app, in one process.
+    TLS for admission webhooks, whose certificate is reloaded when its files change.
     """
     import asyncio
 
-    import uvicorn
+    from app.web.serving import listeners, serve
 
     overrides: dict[str, Any] = {}
     if args.world is not None:
@@ -106,22 +107,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     app = create_app(settings)
-    host = args.host or settings.host
-    configs = [uvicorn.Config(
-        app, host=host, port=args.port or settings.port, log_level=None, log_config=None, lifespan="on",
-        ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
-        ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
-    )]
-    if args.hooks_port:
-        # The second listener shares the first one's app and lifespan state.
-        configs.append(uvicorn.Config(app, host=host, port=args.hooks_port, log_level=None, log_config=None,
-                                      lifespan="off"))
-
-    async def run() -> None:
-        servers = [uvicorn.Server(c) for c in configs]
-        await asyncio.gather(*(s.serve() for s in servers))
-
-    asyncio.run(run())
+    hooks_port = settings.hooks_port if args.hooks_port is None else args.hooks_port
+    listening = listeners(app, settings, host=args.host or settings.host, port=args.port or settings.port,
+                          hooks_port=hooks_port, log_level=None, log_config=None)
+    asyncio.run(serve(listening, settings))
     return 0
 
 
@@ -142,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert", type=Path, default=None)
     serve.add_argument("--tls-key", type=Path, default=None)
     serve.add_argument("--hooks-port", type=int, default=None,
-                       help="also serve plain HTTP on this port (Metacontroller hooks inside the cluster)")
+                       help="serve Metacontroller's hooks (plain HTTP inside the cluster) on this port, apart from the "
+                            "webhooks on --port (default: MODELDEPLOYMENT_HOOKS_PORT, 8081; 0: both on --port)")
     serve.set_defaults(func=cmd_serve)
 
     render = sub.add_parser("render", help="print the children and status the sync hook would return")
