@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.api.hook_docs import describe_hooks
 from app.control.sync import SyncSettings
 from app.kube.client import Kube, load_config
 from app.kube.executor import Executor
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="ModelDeployment operator", version="0.1.0", lifespan=lifespan)
     app.include_router(hooks.router)
     app.include_router(webhooks.router)
+    describe_hooks(app)  # the hook bodies in /openapi.json
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(Exception)

@@ -5,6 +5,7 @@ webhooks, and the chart keeps copies of the generated CRDs and names no namespac
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -85,3 +86,29 @@ def test_chart_templates_name_no_namespace():
     for path in (CHART / "templates").iterdir():
         assert "gpustack-system" not in path.read_text(), path.name
     assert "gpustack-system" not in (CHART / "values.yaml").read_text()
+
+
+def test_monitoring_renders_a_service_monitor_and_the_dashboard_of_defined_metrics():
+    from app.web import metrics
+
+    objects = kustomize(ROOT / "manifests" / "monitoring")
+    monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0] == {"port": "hooks", "path": "/metrics", "interval": "30s"}
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    dashboard = json.loads(config_map["data"]["modeldeployment.json"])
+    assert (CHART / "dashboards" / "modeldeployment.json").read_text() == \
+        (ROOT / "manifests" / "monitoring" / "dashboards" / "modeldeployment.json").read_text()
+    defined = set()
+    for value in vars(metrics).values():
+        name = getattr(value, "_name", None)
+        if isinstance(name, str):
+            defined |= {name, f"{name}_total", f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+    used = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            used |= set(re.findall(r"modeldeployment_[a-z_]+", target["expr"]))
+    assert used and used <= defined, used - defined
+    assert {"modeldeployment_phase", "modeldeployment_role_replicas", "modeldeployment_admission_wait_seconds_bucket",
+            "modeldeployment_rollout_in_progress", "modeldeployment_render_failures_total",
+            "modeldeployment_joint_admission_releases_total"} <= used
