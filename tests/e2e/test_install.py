@@ -135,7 +135,8 @@ def test_chart_options(helm: Path):
         helm, "ops", "certificate.mode=secret", f"certificate.caBundle={ca}", "certificate.secretName=my-tls",
         "replicas=3", "podDisruptionBudget.minAvailable=2", "logging.format=text", "logging.level=DEBUG",
         "settings.gangReleaseAfterSeconds=0", "settings.routerImage=registry.local/router:1",
-        "networkPolicy.enabled=true", "metrics.serviceMonitor.enabled=true", "metrics.dashboard.enabled=true",
+        "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus",
+        "metrics.serviceMonitor.enabled=true", "metrics.dashboard.enabled=true",
         "kueue.admissionCheck.create=true", "kueue.localQueues[0].name=q", "kueue.localQueues[0].namespace=team-b",
         "image.tag=0.2.0", "image.pullPolicy=Always")
     kinds = {o["kind"] for o in objects}
@@ -158,6 +159,10 @@ def test_chart_options(helm: Path):
     dashboard = json.loads(by_kind(objects, "ConfigMap")[0]["data"]["modeldeployment.json"])
     assert dashboard["panels"]
     assert by_kind(objects, "LocalQueue")[0]["metadata"]["namespace"] == "team-b"
+    ingress = by_kind(objects, "NetworkPolicy")[0]["spec"]["ingress"]
+    assert [rule["ports"][0]["port"] for rule in ingress] == ["hooks", "https", "hooks"]
+    assert ingress[2]["from"] == [{"podSelector": {"matchLabels": {"app": "prometheus"}}}]
+    assert not by_kind(helm_template(helm, "ops", "networkPolicy.enabled=false"), "NetworkPolicy")
     for obj in objects:
         if obj["apiVersion"] in ("v1", "apps/v1", "policy/v1", "networking.k8s.io/v1",
                                  "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1"):
@@ -252,7 +257,7 @@ def installed(helm: Path, control_plane: e2e_cluster.ControlPlane) -> Iterator[O
                                       f"certificate.caBundle={cp.ca_bundle_b64}", "kueue.admissionCheck.create=true"),
                         webhook_port, hooks_port)
     order = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-             "Service", "Deployment", "PodDisruptionBudget", "MutatingWebhookConfiguration",
+             "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
              "ValidatingWebhookConfiguration", "AdmissionCheck", "CompositeController"]
     assert {o["kind"] for o in objects} == set(order)
     first = [o for o in objects if o["kind"] in order[:order.index("MutatingWebhookConfiguration")]]
