@@ -41,11 +41,51 @@ def list_map(*keys: str) -> dict[str, Any]:
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
-def cel(rule: str, message: str, *, optional_old_self: bool = False) -> dict[str, Any]:
+def cel(rule: str, message: str, *, optional_old_self: bool = False, field_path: str | None = None,
+        reason: str | None = None) -> dict[str, Any]:
     validation: dict[str, Any] = {"rule": rule, "message": message}
     if optional_old_self:
         validation["optionalOldSelf"] = True
+    if field_path:
+        validation["fieldPath"] = field_path
+    if reason:
+        validation["reason"] = reason
     return validation
+
+
+# --- frozen fields as CEL transition rules (SPEC §3) --------------------------------------------
+# The webhook (app.admission.frozen) refuses the same edits with per-request detail; these rules keep
+# the fields frozen when the webhook is bypassed. A rule with `oldSelf` runs on updates only, and
+# only where the field exists on both sides (list-map items are matched by key).
+
+FROZEN_WHY = ("a different value describes a different deployment, which is created rather than edited: create "
+              "another ModelDeployment that declares it")
+FROZEN_MERGE_PATCH = ("; a merge patch restating the roles list without this field sends no value for it, so change "
+                      "one field with kubectl patch --type=json, or send the whole object with kubectl apply or edit")
+
+
+def frozen_message(path: str, *, in_role: bool = False) -> str:
+    return f"{path} is frozen: {FROZEN_WHY}" + (FROZEN_MERGE_PATCH if in_role else "")
+
+
+def frozen(path: str, *, quantity: bool = False, in_role: bool = False) -> dict[str, Any]:
+    """Schema extras: this field may not change on update (a quantity compares as written: 1 and "1" agree)."""
+    rule = "string(self) == string(oldSelf)" if quantity else "self == oldSelf"
+    return {"x-kubernetes-validations": [cel(rule, frozen_message(path, in_role=in_role), reason="FieldValueForbidden")]}
+
+
+def frozen_presence(path: str, field: str, *, parent: str | None = None, in_role: bool = False) -> dict[str, Any]:
+    """A rule on the enclosing object: an optional frozen field may not be added or removed.
+
+    `parent` names an optional object between this one and the field (roles[].resources.accelerator)."""
+    if parent:
+        new, old = f"(has(self.{parent}) && has(self.{parent}.{field}))", f"(has(oldSelf.{parent}) && has(oldSelf.{parent}.{field}))"
+        field_path = f".{parent}.{field}"
+    else:
+        new, old = f"has(self.{field})", f"has(oldSelf.{field})"
+        field_path = f".{field}"
+    message = f"{path} is frozen and may not be added or removed: {FROZEN_WHY}" + (FROZEN_MERGE_PATCH if in_role else "")
+    return cel(f"{new} == {old}", message, field_path=field_path, reason="FieldValueForbidden")
 
 
 def doc_field(description: str, **kwargs: Any) -> Any:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from app import vocab
-from app.api.schema import KubeModel, Quantity, list_map
+from app.api.schema import KubeModel, Quantity, cel, frozen, frozen_presence, list_map
 
 EngineName = Literal["vLLM", "SGLang"]
 RoleKind = Literal["Server", "Prefill", "Decode"]
@@ -22,6 +22,12 @@ PortProtocol = Literal["TCP", "UDP", "SCTP"]
 HostPathType = Literal[
     "", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice"
 ]
+
+
+# Bounds of a take-over command line: they keep the frozen-field rule's CEL cost within the API
+# server's budget (an unbounded list of unbounded strings cannot be compared within it).
+COMMAND_TOKENS_MAX = 256
+COMMAND_TOKEN_MAX = 16384
 
 
 class LocalObjectReference(KubeModel):
@@ -43,7 +49,8 @@ class ModelSpec(KubeModel):
 
 
 class EngineSpec(KubeModel):
-    name: EngineName = Field(description="Inference engine: vLLM or SGLang. Frozen.")
+    name: EngineName = Field(description="Inference engine: vLLM or SGLang. Frozen.",
+                             json_schema_extra=frozen("spec.engine.name"))
     version: str | None = Field(
         default=None,
         min_length=1,
@@ -80,7 +87,8 @@ class KVTransferSpec(KubeModel):
 class RouterSpec(KubeModel):
     name: RouterName = Field(
         description="Router in front of the roles: llm-d-router (either engine), vllm-router (vLLM "
-        "only), sglang-gateway (SGLang only). The name is frozen; the block may be added or removed."
+        "only), sglang-gateway (SGLang only). The name is frozen; the block may be added or removed.",
+        json_schema_extra=frozen("spec.router.name (remove the router block and add another in a later update)"),
     )
     replicas: int = Field(default=1, ge=1, description="Router Pods.")
     image: str | None = Field(default=None, description="Router image; defaults to the operator setting.")
@@ -100,20 +108,25 @@ class RoleResources(KubeModel):
         default=None,
         description="Accelerator cards per Pod (whole cards). Defaulted to 1 by the mutating webhook on an "
         "acceleratable InstanceType; an explicit 0 is kept. A slice or partition requires 1. Frozen.",
+        json_schema_extra=frozen("roles[].resources.accelerator", quantity=True, in_role=True),
     )
     accelerator_sliced_memory_percentage: int | None = Field(
-        default=None, ge=0, le=100, description="Logical slice: percentage of one card's memory."
+        default=None, ge=0, le=100, description="Logical slice: percentage of one card's memory.",
+        json_schema_extra=frozen("roles[].resources.acceleratorSlicedMemoryPercentage", in_role=True),
     )
     accelerator_sliced_cores_percentage: int | None = Field(
-        default=None, ge=0, le=100, description="Logical slice: percentage of one card's cores."
+        default=None, ge=0, le=100, description="Logical slice: percentage of one card's cores.",
+        json_schema_extra=frozen("roles[].resources.acceleratorSlicedCoresPercentage", in_role=True),
     )
     accelerator_partitioned_profile: str | None = Field(
-        default=None, max_length=64, description="Physical partition profile (e.g. a MIG profile name)."
+        default=None, max_length=64, description="Physical partition profile (e.g. a MIG profile name).",
+        json_schema_extra=frozen("roles[].resources.acceleratorPartitionedProfile", in_role=True),
     )
     interface: Quantity | None = Field(
         default=None,
         description="Whole number of fabric interfaces per engine Pod (RDMA or EFA, following the "
         "transport the role renders). Unset or zero adds no device request.",
+        json_schema_extra=frozen("roles[].resources.interface", quantity=True, in_role=True),
     )
 
 
@@ -155,14 +168,26 @@ class EnvEntry(KubeModel):
     value: str | None = Field(default=None, description="Variable value.")
 
 
+# The resources fields an update may not add or remove (their values: the fields' own rules).
+FROZEN_RESOURCE_FIELDS = ("accelerator", "acceleratorSlicedMemoryPercentage", "acceleratorSlicedCoresPercentage",
+                          "acceleratorPartitionedProfile", "interface")
+
+
 class Role(KubeModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        frozen_presence("roles[].command", "command", in_role=True),
+        *(frozen_presence(f"roles[].resources.{f}", f, parent="resources", in_role=True)
+          for f in FROZEN_RESOURCE_FIELDS),
+    ]})
+
     name: str = Field(
         min_length=1,
         max_length=63,
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         description="Role name (DNS-1123 label). Becomes the Kueue PodSet name. Frozen.",
     )
-    kind: RoleKind = Field(default="Server", description="Server (default), Prefill or Decode. Frozen.")
+    kind: RoleKind = Field(default="Server", description="Server (default), Prefill or Decode. Frozen.",
+                           json_schema_extra=frozen("roles[].kind", in_role=True))
     replicas: int = Field(
         default=1,
         ge=1,
@@ -175,9 +200,11 @@ class Role(KubeModel):
         ge=1,
         le=64,
         description="Pods per instance (fate-sharing: started, admitted and replaced together). Frozen.",
+        json_schema_extra=frozen("roles[].size", in_role=True),
     )
     instance_type: str = Field(
-        min_length=1, max_length=253, description="InstanceType the role's Pods run on. Frozen."
+        min_length=1, max_length=253, description="InstanceType the role's Pods run on. Frozen.",
+        json_schema_extra=frozen("roles[].instanceType", in_role=True),
     )
     resources: RoleResources = Field(
         default_factory=RoleResources, description="Accelerator request of one Pod. Frozen."
@@ -202,10 +229,13 @@ class Role(KubeModel):
     termination_grace_period_seconds: int | None = Field(
         default=None, ge=15, le=3600, description="Grace period (unset renders 30)."
     )
-    command: list[str] | None = Field(
+    command: Annotated[list[Annotated[str, Field(max_length=COMMAND_TOKEN_MAX)]], Field(max_length=COMMAND_TOKENS_MAX)] \
+        | None = Field(
         default=None,
         description="Take-over argv: the whole command line (the image entrypoint does not participate). "
-        "The role then reports unmanaged: true and receives no cache or transfer configuration. Frozen.",
+        f"The role then reports unmanaged: true and receives no cache or transfer configuration. At most "
+        f"{COMMAND_TOKENS_MAX} tokens of {COMMAND_TOKEN_MAX} characters. Frozen.",
+        json_schema_extra=frozen("roles[].command", in_role=True),
     )
     extra_args: list[str] = Field(
         default_factory=list, description="Appended after the operator's arguments (inert beside command)."
@@ -226,10 +256,15 @@ class Role(KubeModel):
 
 
 class ModelDeploymentSpec(KubeModel):
-    model: ModelSpec = Field(description="What is served. Frozen.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        frozen_presence("spec.kvCache", "kvCache"),
+    ]})
+
+    model: ModelSpec = Field(description="What is served. Frozen.", json_schema_extra=frozen("spec.model"))
     engine: EngineSpec = Field(description="Inference engine.")
     kv_cache: KVCacheSpec | None = Field(
-        default=None, description="Optional shared KV cache pool, through a KVCachePoolBinding. Frozen."
+        default=None, description="Optional shared KV cache pool, through a KVCachePoolBinding. Frozen.",
+        json_schema_extra=frozen("spec.kvCache"),
     )
     kv_transfer: KVTransferSpec | None = Field(
         default=None, description="Optional transport of the direct prefill/decode transfer."
@@ -241,7 +276,11 @@ class ModelDeploymentSpec(KubeModel):
             min_length=1,
             max_length=10,
             description="1 to 10 inference roles. The set of roles cannot be edited after creation.",
-            json_schema_extra=list_map("name"),
+            json_schema_extra={**list_map("name"), "x-kubernetes-validations": [cel(
+                "self.size() == oldSelf.size() && self.all(r, oldSelf.exists(o, o.name == r.name))",
+                "the set of roles (their names) is frozen: a role added, removed or renamed describes a different "
+                "deployment, which is created rather than edited: create another ModelDeployment that declares it",
+                reason="FieldValueForbidden")]},
         ),
     ]
 
