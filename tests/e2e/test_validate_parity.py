@@ -1,0 +1,174 @@
+"""Offline `modeldeployment validate` answers what the API server plus our webhooks answer.
+
+For every example and every case of the admission tables (tests/unit/test_admission_rules.py:
+refused and accepted, creates and updates) and the strict-field cases of
+tests/unit/test_validate_offline.py, the same object is judged twice:
+
+- offline, by `app.admission.review.offline_verdict` against the same world;
+- on the cluster, by `kubectl create --dry-run=server` (a create) or, for an update, by creating
+  the stored object and `kubectl replace --dry-run=server` of the new one (kubectl's default
+  strict field validation, the CRD schema with its CEL rules, the mutating and validating webhooks).
+
+Both must allow or both refuse. When the webhook refused, its message is the offline message,
+line for line; when the API server refused first (schema, CEL, strict decoding), it names the
+refused field (or its parent) the offline verdict names too.
+
+Cases that cannot reach the API server as written are left out, with the reason: an object that
+carries its own deletionTimestamp (the API server sets that field, never a client), an update
+whose stored object today's rules refuse (such an object can only predate the rule: the exemptions
+of rules 2 and 8), and cases run with the dtype setting off (the operator runs with its default).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import cluster as e2e_cluster
+from md_operator import NAMESPACE, REPO, Operator, start_operator
+
+from app.admission.review import offline_verdict
+from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, _extra_world, server
+from tests.unit.test_validate_offline import STRICT
+
+EXAMPLES = REPO / "examples" / "deployments"
+
+
+@pytest.fixture(scope="module")
+def op(control_plane: e2e_cluster.ControlPlane) -> Iterator[Operator]:
+    operator = start_operator(control_plane)
+    _apply_extra_world(operator)
+    yield operator
+    operator.stop()
+
+
+def _apply_extra_world(op: Operator) -> None:
+    """The table's world beyond the examples (a second A10G type, an unobserved one, cache backends).
+
+    Objects the CRD schema refuses (the table's malformed type and backend) cannot exist on a
+    cluster: there the offline "is malformed" meets the cluster's "does not exist", both refused."""
+    for obj in _extra_world():
+        obj = copy.deepcopy(obj)
+        status = obj.pop("status", None)
+        created = op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False)
+        if created.returncode != 0 or not status:
+            continue
+        kind = obj["kind"].lower() + "s"
+        ns = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+        op.kubectl("patch", f"{kind}.worker.gpustack.ai", obj["metadata"]["name"], *ns, "--subresource=status",
+                   "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+
+def _delete_and_wait(op: Operator, name: str) -> None:
+    op.kubectl("delete", "md", name, "-n", NAMESPACE, "--wait=false", check=False)
+    op.wait(f"md {name} to be gone",
+            lambda: op.kubectl("get", "md", name, "-n", NAMESPACE, check=False).returncode != 0, 120)
+
+
+def cluster_answer(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None) -> tuple[bool, str]:
+    """(allowed, kubectl's stderr) for a create, or an update of `old` to `obj`."""
+    if old is None:
+        result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj),
+                            check=False)
+        return result.returncode == 0, result.stderr
+    name = old["metadata"]["name"]
+    op.kubectl("create", "-f", "-", input=yaml.safe_dump(old))
+    try:
+        for _attempt in range(10):
+            # Metacontroller writes the stored object (finalizer, status): retry on its resourceVersion.
+            stored = op.md(name)
+            new = copy.deepcopy(obj)
+            new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+            new["metadata"]["finalizers"] = stored["metadata"].get("finalizers", [])
+            result = op.kubectl("replace", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(new),
+                                check=False)
+            if "the object has been modified" not in result.stderr:
+                return result.returncode == 0, result.stderr
+        raise AssertionError(f"replace kept conflicting: {result.stderr}")
+    finally:
+        _delete_and_wait(op, name)
+
+
+def _parents(path: str) -> list[str]:
+    """spec.roles[1].name -> [spec.roles[1].name, spec.roles[1], spec.roles, spec]."""
+    out = [path]
+    while True:
+        cut = max(path.rfind("."), path.rfind("["))
+        if cut <= 0:
+            return out
+        path = path[:cut]
+        out.append(path)
+
+
+def assert_same(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None, path: str | None) -> None:
+    offline = offline_verdict(copy.deepcopy(obj), copy.deepcopy(old) if old else None, WORLD,
+                              kv_cache_dtype_owned=True)
+    allowed, stderr = cluster_answer(op, obj, old)
+    assert allowed == offline.allowed, f"cluster allowed={allowed}, offline allowed={offline.allowed}\n" \
+                                       f"cluster: {stderr}\noffline: {offline.message}"
+    if allowed:
+        return
+    if 'admission webhook "' in stderr:
+        for line in offline.message.splitlines():
+            if not line.endswith("problems:"):
+                assert line in stderr, f"offline line not in the webhook's answer:\n{line}\n---\n{stderr}"
+    elif path is not None:
+        assert any(p in stderr for p in _parents(path)), f"{path} not named by the API server:\n{stderr}"
+        assert path in offline.message, offline.message
+
+
+def _reachable(obj: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    """Whether the case can be played through the API server: no client-set deletionTimestamp, and a
+    stored object today's rules admit (one they refuse can only predate the rule that refuses it)."""
+    if _deleting(obj) or (old is not None and _deleting(old)):
+        return False
+    if old is None:
+        return True
+    return offline_verdict(copy.deepcopy(old), None, WORLD, kv_cache_dtype_owned=True).allowed
+
+
+REFUSED = [c for c in CASES if c.owned and _reachable(c.obj, c.old)]
+ALLOWED = [(i, o, old) for i, o, old in ACCEPTED if _reachable(o, old)]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example(op: Operator, path: Path) -> None:
+    for obj in (o for o in yaml.safe_load_all(path.read_text()) if o):
+        assert_same(op, obj, None, None)
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[c.id for c in REFUSED])
+def test_every_refusal_case(op: Operator, case) -> None:
+    assert_same(op, case.obj, case.old, case.path)
+
+
+@pytest.mark.parametrize("obj,old", [(o, old) for _, o, old in ALLOWED], ids=[i for i, _, _ in ALLOWED])
+def test_every_accepted_case(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    assert_same(op, obj, old, None)
+
+
+@pytest.mark.parametrize("edit,path", [(e, p) for _, e, p, _ in STRICT], ids=[i for i, *_ in STRICT])
+def test_unknown_fields(op: Operator, edit, path: str) -> None:
+    obj = server()
+    edit(obj)
+    assert_same(op, obj, None, path)
+
+
+@pytest.mark.parametrize("api_version,kind", [("gpustack.ai/v1", "ModelDeployment"),
+                                              ("worker.gpustack.ai/v1", "ModelDeploymnet")])
+def test_api_version_and_kind(op: Operator, api_version: str, kind: str) -> None:
+    obj = server()
+    obj.update(apiVersion=api_version, kind=kind)
+    offline = offline_verdict(copy.deepcopy(obj), None, WORLD, kv_cache_dtype_owned=True)
+    allowed, stderr = cluster_answer(op, obj, None)
+    assert not allowed and not offline.allowed, (stderr, offline.message)
+    assert (api_version if kind == "ModelDeployment" else kind) in stderr
