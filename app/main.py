@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(hooks.router)
     app.include_router(webhooks.router)
     describe_hooks(app)  # the hook bodies in /openapi.json
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_values=settings.max_body_values)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     # "Security"); 0 serves hooks and webhooks on `port` together (local runs only).
     hooks_port: int = 8081
     max_body_bytes: int = Field(default=vocab.DEFAULT_MAX_BODY_BYTES, ge=1)
+    max_body_values: int = Field(default=vocab.DEFAULT_MAX_BODY_VALUES, ge=1)
     max_pods_per_deployment: int = Field(default=vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT, ge=1)
     # How often the webhook listener looks for a renewed certificate and key (0: never reloads).
     tls_reload_seconds: float = 10.0

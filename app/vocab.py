@@ -246,6 +246,7 @@ SETTING_ROUTING_SIDECAR_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_IMAGE
 SETTING_WORLD_DIR = "MODELDEPLOYMENT_WORLD_DIR"
 SETTING_MAX_PODS_PER_DEPLOYMENT = "MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT"
 SETTING_MAX_BODY_BYTES = "MODELDEPLOYMENT_MAX_BODY_BYTES"
+SETTING_MAX_BODY_VALUES = "MODELDEPLOYMENT_MAX_BODY_VALUES"
 
 # --- Bounds (SPEC §3, §10 rule 21, §12) ---------------------------------------------------------
 
@@ -256,6 +257,8 @@ MAX_ROLE_SIZE = 64
 DEFAULT_MAX_PODS_PER_DEPLOYMENT = 2048
 # A hook or webhook request body above this is answered 413 before it is read further.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# ...and one holding more JSON values than this (decoding cost, not bytes; app/web/guard.py).
+DEFAULT_MAX_BODY_VALUES = 6_000_000
 # metadata.generation and other integers the API server stores as int64.
 MAX_INT64 = 2**63 - 1
 

@@ -16,8 +16,11 @@ from app.main import build_state, create_app
 from app.settings import Settings
 
 
-def server_app(world_dir: str | None = None) -> FastAPI:
-    settings = Settings(kube="off", world_dir=world_dir)
+def server_app(world_dir: str | None = None, max_pods: int | None = None) -> FastAPI:
+    """`max_pods`: the Pod bound (rule 21); the scaling benchmarks pass one above their sizes."""
+    from bench.fixtures import BENCH_MAX_PODS
+
+    settings = Settings(kube="off", world_dir=world_dir, max_pods_per_deployment=max_pods or BENCH_MAX_PODS)
     app = create_app(settings)
     app.state.service = build_state(settings)
     return app

@@ -2,7 +2,11 @@
 
 - `BodyLimit`: a body above `max_bytes` is answered 413 (JSON) before the app sees any of it, so a
   huge request cannot grow the process (SPEC §12). The body is read here and handed on in one
-  piece: every endpoint reads its whole body anyway.
+  piece: every endpoint reads its whole body anyway. Bytes alone do not bound what decoding costs:
+  64 MiB of `{},{},…` decodes to 21 million dicts (1.4 GB). So a large body (above
+  `DENSE_CHECK_BYTES`) whose JSON values (`,` `{` `[` counted, a bound from above) exceed
+  `max_values` is answered 413 too; a sync at the Pod bound holds about 3.7 million
+  (bench/bound.py), the default allows 6 million (about 430 MB decoded at worst).
 - `Listener`: the webhook listener (TLS, the API server) serves only `/webhooks/`, the hooks
   listener (Metacontroller) only `/hooks/`; both serve health and metrics. With the ports apart, a
   NetworkPolicy can admit each port from its one caller (docs/operations.md, "Security").
@@ -14,11 +18,15 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
+from app import vocab
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DENSE_CHECK_BYTES = 8 * 1024 * 1024
 
 HOOK_PATHS = ("/hooks/",)
 WEBHOOK_PATHS = ("/webhooks/",)
@@ -34,14 +42,28 @@ async def _json_answer(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 def _too_large(max_bytes: int) -> dict[str, str]:
-    return {"error": f"the request body exceeds {max_bytes} bytes (MODELDEPLOYMENT_MAX_BODY_BYTES); a ModelDeployment "
-                     "within the Pod bound (MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT) never needs that much"}
+    return {"error": f"the request body exceeds {max_bytes} bytes ({vocab.SETTING_MAX_BODY_BYTES}); a ModelDeployment "
+                     f"within the Pod bound ({vocab.SETTING_MAX_PODS_PER_DEPLOYMENT}) never needs that much"}
+
+
+def json_values(body: bytes) -> int:
+    """An upper bound on the number of values a JSON text decodes to (separators and openers,
+    including any inside strings)."""
+    return body.count(b",") + body.count(b"{") + body.count(b"[")
+
+
+def _too_dense(values: int, max_values: int) -> dict[str, str]:
+    return {"error": f"the request body holds up to {values} JSON values, more than {max_values} "
+                     ""
+                     f"({vocab.SETTING_MAX_BODY_VALUES}): decoding it could exceed the service's memory; a ModelDeployment "
+                     f"within the Pod bound ({vocab.SETTING_MAX_PODS_PER_DEPLOYMENT}) never needs that many"}
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_values: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_values = max_values
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,6 +89,11 @@ class BodyLimit:
                 break
         body = b"".join(chunks)
         del chunks
+        if len(body) > DENSE_CHECK_BYTES:
+            values = json_values(body)
+            if values > self.max_values:
+                await _json_answer(send, 413, _too_dense(values, self.max_values))
+                return
         delivered = False
 
         async def replay() -> Message:

@@ -162,3 +162,20 @@ def test_each_listener_serves_only_its_paths():
         assert hooks.post("/hooks/sync", json=request(parent("qwen-chat"))).status_code == 200
         assert webhooks.post("/webhooks/validate", json={}).status_code == 200
         assert hooks.get("/healthz").status_code == 200 and webhooks.get("/healthz").status_code == 200
+
+
+def test_a_large_body_of_cheap_values_is_a_413_before_it_is_decoded():
+    from app.web.guard import DENSE_CHECK_BYTES
+
+    app = create_app(Settings(world_dir=Path(EXAMPLES / "world"), kube="off", max_body_values=1_000_000))
+    count = DENSE_CHECK_BYTES // 3 + 10
+    dense = b'{"parent": {"metadata": {"name": "x", "uid": "u"}}, "related": {"X.v1": {"a": [' + \
+        b",".join([b"{}"] * count) + b"]}}}"
+    with TestClient(app) as c:
+        for path in ("/hooks/sync", "/webhooks/validate"):
+            response = c.post(path, content=dense, headers={"content-type": "application/json"})
+            assert response.status_code == 413
+            assert vocab.SETTING_MAX_BODY_VALUES in error_of(response)
+        # The same size in long strings decodes cheaply and is read.
+        sparse = b'{"parent": "' + b"x" * (DENSE_CHECK_BYTES + 10) + b'"}'
+        assert c.post("/hooks/sync", content=sparse, headers={"content-type": "application/json"}).status_code == 400
