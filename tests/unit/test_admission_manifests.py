@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,16 @@ CONFIGS = {"MutatingWebhookConfiguration": "/webhooks/mutate", "ValidatingWebhoo
 
 
 def _docs() -> dict[str, dict]:
-    out = {}
+    """The webhook objects as the base renders them ($(OPERATOR_NAMESPACE) filled)."""
+    rendered = subprocess.run(["kubectl", "kustomize", str(WEBHOOK.parent)], check=True, capture_output=True,
+                              text=True).stdout
+    last = {}  # the last of each kind in the files, as before
     for path in sorted(WEBHOOK.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                out[doc["kind"]] = doc
-    return out
+            if doc and "metadata" in doc:
+                last[doc["kind"]] = doc["metadata"]["name"]
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(rendered)
+            if doc and last.get(doc["kind"]) == doc["metadata"]["name"]}
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))

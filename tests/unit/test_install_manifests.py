@@ -67,11 +67,16 @@ def test_gen_certs_names_the_namespace_it_is_given(tmp_path):
     assert "DNS:modeldeployment-operator.ml-system.svc" in san and "gpustack-system" not in san
 
 
-def test_kueue_local_queues_live_in_namespaces_the_kustomization_creates():
+def test_kueue_local_queue_namespaces_are_named_as_a_first_step():
     objects = kustomize(ROOT / "manifests" / "kueue")
-    namespaces = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
-    queues = [o for o in objects if o["kind"] == "LocalQueue"]
-    assert queues and {q["metadata"]["namespace"] for q in queues} <= namespaces
+    namespaces = {o["metadata"]["namespace"] for o in objects if o["kind"] == "LocalQueue"}
+    assert namespaces
+    assert not [o for o in objects if o["kind"] == "Namespace"]  # the example creates none of its own
+    howto = (ROOT / "manifests" / "kueue" / "kustomization.yaml").read_text()
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for namespace in namespaces:
+        assert f"kubectl create namespace {namespace}" in howto
+        assert f"kubectl create namespace {namespace}" in operations
 
 
 def test_chart_crds_are_copies_of_the_generated_ones():
