@@ -345,3 +345,14 @@ def test_helm_template_in_ml_system_runs_a_deployment(installed: Operator):
     # One log format (JSON) for the app and uvicorn alike.
     lines = [line for line in log.splitlines() if line.strip()]
     assert lines and all(json.loads(line).get("level") for line in lines)
+
+
+def test_rendered_objects_pipe_into_kubectl_apply_dry_run_server(installed: Operator):
+    """`modeldeployment render --objects-only | kubectl apply --dry-run=server -f -` (README)."""
+    rendered = subprocess.run([str(Path(sys.executable).parent / "modeldeployment"), "render", "-f",
+                               str(REPO / "examples" / "deployments" / "qwen-chat.yaml"), "--objects-only", "-q"],
+                              capture_output=True, text=True, check=True, cwd=installed.cp.work_dir)
+    kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
+    assert kinds >= {"Pod", "Service"}
+    result = installed.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered.stdout)
+    assert "(server dry run)" in result.stdout
