@@ -104,6 +104,10 @@ ANNOTATION_KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 ANNOTATION_KUEUE_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
 
 ANNOTATION_FINGERPRINT = "modeldeployment.gpustack.ai/fingerprint"
+# The incarnation of a replica's instance (absent for the first): every new instance of an ordinal
+# gets the next number, and a size-1 Pod a name no earlier Pod of it had. Outside the fingerprint:
+# it identifies an instance, it does not describe its render.
+ANNOTATION_INCARNATION = "modeldeployment.gpustack.ai/incarnation"
 ANNOTATION_KVCACHE_CLIENT_CONFIG = "kvcache.gpustack.ai/client-config"
 
 KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"

@@ -332,6 +332,11 @@ class RoleStatus(KubeModel):
         default=None, description="Dialable KV-event publisher and replay endpoints (routed vLLM producers)."
     )
     kv_events_topic: str | None = None
+    next_incarnations: list[int] | None = Field(
+        default=None, max_length=1024,
+        description="Per replica ordinal, the incarnation its next new instance gets (a size-1 Pod is "
+        "named after it, so a replacement never reuses a departed Pod's name). Written by the operator.",
+    )
 
 
 class KVCacheDomain(KubeModel):

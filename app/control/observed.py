@@ -113,6 +113,12 @@ def pod_fingerprint(pod: dict[str, Any]) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_FINGERPRINT)
 
 
+def pod_incarnation(pod: dict[str, Any]) -> int:
+    """The incarnation of the instance this Pod belongs to (0 when unmarked: the first)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_INCARNATION, "0")
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
+
+
 def pod_uid(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return meta.get("uid") or meta.get("name", "")
@@ -161,6 +167,9 @@ class ObservedInstance:
         """Kueue admitted this incarnation once (its Pods lost the admission gate): it served."""
         return any(not pod_gated(p) for p in self.pods)
 
+    def incarnation(self) -> int:
+        return max((pod_incarnation(p) for p in self.pods), default=0)
+
     def fingerprints(self) -> set[str | None]:
         return {pod_fingerprint(p) for p in self.pods}
 
@@ -168,8 +177,10 @@ class ObservedInstance:
         return len(self.pods) == size and not self.terminating and all(pod_ready(p) for p in self.pods)
 
     def occurrence_key(self) -> str:
-        """Identifies this incarnation of the instance (its Pod UIDs): one Event per occurrence."""
-        return ",".join(sorted(pod_uid(p) for p in self.pods))
+        """Identifies this incarnation of the instance: one Event per occurrence. Its incarnation
+        number, not its Pod UIDs: a view that lags may list only some of its Pods, and every view
+        agrees on the number."""
+        return f"incarnation:{self.incarnation()}"
 
 
 def pods_by_role(deployment: str, pods: dict[str, Any] | None) -> dict[str, dict[int, ObservedInstance]]:

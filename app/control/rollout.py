@@ -18,6 +18,12 @@ The rules (the user's "Rollout behavior", "Replica departures", "One group per r
 - a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole, once no
   Pod of its ordinal is left on the API server; its standing Workload is deleted;
 - a Pod that still exists (e.g. on a NotReady node) keeps its ordinal occupied: never replaced;
+- every new instance of an ordinal is a new incarnation (its Pods annotated with the number, a
+  size-1 Pod also named after it, so a replacement never carries a departed Pod's name): the
+  ordinal's next incarnation (status.roles[].nextIncarnations) moves past every incarnation a
+  request has listed. Informer views only move forward, so once a view has listed incarnation k,
+  no later pass creates k again; passes that have not seen the new Pods yet create them under the
+  same names (Metacontroller identifies children by name). Departure events are named after it;
 - a group Kueue evicted before it ever ran (our own deadlock release, `Retry`) is not a departure:
   its Pods are still gated and Kueue requeues it as it is.
 
@@ -78,6 +84,8 @@ class RolePlan:
     intents: list[Intent] = field(default_factory=list)
     # Why no new replica of this role may start now (the render's hold), None when free.
     hold: str | None = None
+    # Per ordinal, the incarnation its next new instance gets (written to status).
+    next_incarnations: list[int] = field(default_factory=list)
 
     def pods(self) -> list[dict[str, Any]]:
         return [pod for plan in self.ordinals for pod in plan.pods]
@@ -106,7 +114,8 @@ def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: st
     message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
                f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, DEPARTURE_EVENT_NAME, f"{role}/{ordinal}/{key}"), reason=reason,
+                       name=names.event(ctx.name, DEPARTURE_EVENT_NAME, f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"),
+                       reason=reason,
                        type=vocab.EVENT_TYPE_NORMAL, message=message)
 
 
@@ -137,6 +146,35 @@ def _previous_desired(ctx: DeploymentContext, role: str) -> int:
     return 0
 
 
+# Incarnations read back from status are bounded: a forged or corrupt status cannot grow the plan.
+MAX_INCARNATION = 10**9
+MAX_REPLICAS = 1024
+
+
+def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
+    """status.roles[].nextIncarnations as the last written status has it (bounded, ints only)."""
+    for entry in (ctx.md.status or {}).get("roles") or []:
+        if isinstance(entry, dict) and entry.get("name") == role:
+            values = entry.get("nextIncarnations")
+            if isinstance(values, list):
+                return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INCARNATION else 0
+                        for v in values[:MAX_REPLICAS]]
+    return []
+
+
+def _next_incarnations(previous: list[int], observed: dict[int, obs.ObservedInstance]) -> list[int]:
+    """Per ordinal: past every incarnation listed now, never below what status carried."""
+    out = list(previous)
+    for ordinal, inst in observed.items():
+        if ordinal >= MAX_REPLICAS or not inst.pods:
+            continue
+        out += [0] * (ordinal + 1 - len(out))
+        out[ordinal] = max(out[ordinal], min(inst.incarnation() + 1, MAX_INCARNATION))
+    while out and out[-1] == 0:
+        out.pop()
+    return out
+
+
 def plan_role(
     ctx: DeploymentContext,
     render: RoleRender,
@@ -147,6 +185,10 @@ def plan_role(
     role = render.role
     replicas = 0 if finalizing else role.replicas
     plan = RolePlan(role.name, hold=render.hold)
+    plan.next_incarnations = _next_incarnations(_previous_incarnations(ctx, role.name), observed)
+
+    def next_incarnation(ordinal: int) -> int:
+        return plan.next_incarnations[ordinal] if ordinal < len(plan.next_incarnations) else 0
     # Ordinals the last status declared are looked at too: after a scale-down, customize no longer
     # lists their Workloads, and one may stand without Pods (its Pods removed by force).
     previous = _previous_desired(ctx, role.name)
@@ -230,7 +272,7 @@ def plan_role(
                 entry.note = render.hold
             else:
                 entry.action = Action.CREATE
-                entry.pods = instance_pods(ctx, render, ordinal)
+                entry.pods = instance_pods(ctx, render, ordinal, next_incarnation(ordinal))
                 entry.up_to_date = True
             continue
 
@@ -261,7 +303,7 @@ def plan_role(
             # A group not yet admitted that lacks a member (a create that failed): complete it on the
             # render it was started with; never mix renders in one group.
             entry.incomplete = True
-            wanted = instance_pods(ctx, render, ordinal)
+            wanted = instance_pods(ctx, render, ordinal, inst.incarnation())
             have = inst.members()
             if current:
                 entry.pods = [pod for member, pod in enumerate(wanted) if member in have]
@@ -275,7 +317,7 @@ def plan_role(
 
         if current:
             entry.action = Action.KEEP
-            entry.pods = instance_pods(ctx, render, ordinal)
+            entry.pods = instance_pods(ctx, render, ordinal, inst.incarnation())
             entry.ready = inst.ready(role.size)
             continue
 

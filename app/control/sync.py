@@ -234,6 +234,8 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
             entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
                                           f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
             entry["kvEventsTopic"] = "kv@"
+        if plan.next_incarnations:
+            entry["nextIncarnations"] = plan.next_incarnations
         role_statuses.append(entry)
     router_ready = router.ready if router is not None else None
     if router is not None:

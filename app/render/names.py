@@ -39,9 +39,14 @@ def member_pod(deployment: str, role: str, ordinal: int, member: int) -> str:
     return f"{instance(deployment, role, ordinal)}-m{member}"
 
 
-def single_pod(deployment: str, role: str, ordinal: int, fingerprint: str) -> str:
-    """A size-1 Pod: the name changes with the render, so users select replicas by label."""
-    return f"{instance(deployment, role, ordinal)}-{fingerprint[:FINGERPRINT_LENGTH]}"
+def single_pod(deployment: str, role: str, ordinal: int, fingerprint: str, incarnation: int = 0) -> str:
+    """A size-1 Pod: the name changes with the render and with every new incarnation of the
+    ordinal (a replacement never carries the departed Pod's name), so users select replicas by
+    label. The first incarnation keeps the plain `<instance>-<fingerprint>`; later ones hash the
+    incarnation in, at the same length."""
+    suffix = fingerprint[:FINGERPRINT_LENGTH] if incarnation == 0 else \
+        f"{fnv64a(f'{fingerprint}/{incarnation}'):016x}"[:FINGERPRINT_LENGTH]
+    return f"{instance(deployment, role, ordinal)}-{suffix}"
 
 
 def leader_address(deployment: str, role: str, ordinal: int) -> str:

@@ -312,8 +312,9 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
                       tenant_keys_ignored=guarded.ignored)
 
 
-def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> list[dict[str, Any]]:
-    """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index.
+def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0) -> list[dict[str, Any]]:
+    """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index
+    and the ordinal's incarnation (a size-1 Pod is named after it: see names.single_pod).
 
     Called for every replica on every sync: what is the same for all members is computed once,
     and each Pod still gets its own metadata, labels, annotations, spec, container and env.
@@ -329,6 +330,8 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> l
     base_labels = {**template["metadata"]["labels"], vocab.LABEL_POD_ORDINAL: str(ordinal),
                    vocab.LABEL_MEMBER_INDEX: "", vocab.LABEL_KUEUE_POD_GROUP_NAME: group}
     base_annotations = {**template["metadata"]["annotations"], vocab.ANNOTATION_FINGERPRINT: render.fingerprint}
+    if incarnation > 0:
+        base_annotations[vocab.ANNOTATION_INCARNATION] = str(incarnation)
     if size > 1:
         subdomain = names.instance(deployment, role.name, ordinal)
         leader_address = names.leader_address(deployment, role.name, ordinal)
@@ -350,7 +353,7 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> l
                     container.pop(probe, None)
                 spec.pop("initContainers", None)  # the routing proxy fronts the leader only
         else:
-            name = names.single_pod(deployment, role.name, ordinal, render.fingerprint)
+            name = names.single_pod(deployment, role.name, ordinal, render.fingerprint, incarnation)
         spec["containers"] = [container, *sidecars]
         pods.append({
             "apiVersion": "v1",

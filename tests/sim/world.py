@@ -231,6 +231,7 @@ class Sim:
         self.lost_ready: dict[tuple[str, str], set[int]] = defaultdict(set)
         self.lagging = False
         self.informer: dict[str, dict[str, Any]] = {}  # pod name -> the cached version
+        self.listed_names: set[str] = set()  # every Pod name an answered hook request listed
         self.last_input: dict[str, bytes] = {}
         self.last_facts: dict[str, dict[str, tuple[str, str | None]]] = {}
         self.customize_cache: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -486,6 +487,9 @@ class Sim:
             return PassRecord(name, self.t, result, "answer lost", [], [], list(result.intents))
         created, _ = self._apply_children(parent, result.children, facts, request)
         parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
+        # Names a written status has seen (status.roles[].nextIncarnations moved past them). A pass
+        # whose answer was lost records nothing: see docs/kueue.md on incarnations.
+        self.listed_names.update(p["metadata"]["name"] for p in (request.children.get(vocab.CHILD_PODS) or {}).values())
         if self.check_determinism:
             # Remembered only once the status is written: what the next pass compares against.
             self.last_input[name] = input_key
@@ -495,15 +499,25 @@ class Sim:
                             for i in result.intents)
         self.note(f"sync {name}: +{created} -{deleted} intents[{summary}] phase={result.status.get('phase')}")
         if request.finalizing and result.finalized:
-            self._finalized(name)
+            self._finalized(name, request)
         return record
 
-    def _finalized(self, name: str) -> None:
+    def _finalized(self, name: str, request: HookRequest) -> None:
         uid = self.parents[name]["metadata"]["uid"]
-        if self.pods_of(name):
+        listed = {p["metadata"]["name"] for p in (request.children.get(vocab.CHILD_PODS) or {}).values()}
+        if any(p["metadata"]["name"] in listed for p in self.pods_of(name)):
             self.fail(f"finalize {name}: answered finalized while Pods remain: {sorted(p['metadata']['name'] for p in self.pods_of(name))}")
+        unseen = self.pods_of(name)
+        collected = {labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "") for p in unseen}
+        if unseen:
+            # Created by an earlier answer and not in the view yet: the garbage collector deletes
+            # them with their owner (ownerReferences), and Kueue's Workloads with their Pods.
+            self.note(f"finalize {name}: the garbage collector deletes unseen Pods {sorted(p['metadata']['name'] for p in unseen)}")
+            for pod in unseen:
+                self.delete_workload(labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, ""), "owner gone")
+                self.force_remove_pod(pod["metadata"]["name"])
         groups = self._groups_of(name)
-        left = [g for g in groups if g in self.workloads]
+        left = [g for g in groups if g in self.workloads and g not in collected]
         if left:
             self.fail(f"finalize {name}: answered finalized while Workloads remain: {left}")
         for key in [k for k, o in self.other_children.items() if o["metadata"].get("ownerUid") == uid]:
@@ -532,6 +546,7 @@ class Sim:
                 self._note_lost_ready(parent, self.pods[pod_name], request.finalizing)
                 self._delete_pod(pod_name)
         created = []
+        existing = set(self.pods)  # before this apply's creates
         for pod_name, desired in sorted(desired_pods.items()):
             if pod_name in observed:
                 if deleting(observed[pod_name]):
@@ -540,13 +555,13 @@ class Sim:
             if pod_name in self.pods:
                 self.note(f"create Pod {pod_name}: AlreadyExists (the view had not listed it yet)")
                 continue
-            if self.lagging and self._unseen_in_ordinal(desired, observed):
+            if self.lagging and self._unseen_in_ordinal(desired, observed, existing):
                 # The ordinal holds Pods the view did not list yet (created by an earlier answer on
                 # another render): Kueue counts the new Pod as excess of the group and deletes it.
                 self.note(f"create Pod {pod_name}: excess beside unseen Pods of its ordinal; Kueue deletes it")
                 continue
             created.append(pod_name)
-            self._create_pod(parent, desired)
+            self._create_pod(parent, desired, observed if self.lagging else None)
         # Every other kind: created, updated in place, pruned.
         desired_other = {}
         for child in children:
@@ -570,9 +585,10 @@ class Sim:
     def _view_ready(pods: list[dict[str, Any]], size: int) -> bool:
         return len(pods) == size and all(not deleting(p) and cond_true(p, "Ready") for p in pods)
 
-    def _unseen_in_ordinal(self, desired: dict[str, Any], observed: dict[str, dict[str, Any]]) -> bool:
+    def _unseen_in_ordinal(self, desired: dict[str, Any], observed: dict[str, dict[str, Any]], existing: set[str]) -> bool:
         key = pod_ordinal(desired)
-        return any(p["metadata"]["name"] not in observed for p in self._ordinal_pods(*key))
+        return any(p["metadata"]["name"] not in observed and p["metadata"]["name"] in existing
+                   for p in self._ordinal_pods(*key))
 
     def _instance_ready(self, deployment: str, role: str, ordinal: int) -> bool:
         """In the store: every member of the instance exists, is not deleted and is Ready."""
@@ -592,16 +608,25 @@ class Sim:
 
     # --- Pods on the API server ----------------------------------------------------------------
 
-    def _create_pod(self, parent: dict[str, Any], desired: dict[str, Any]) -> None:
+    def _create_pod(self, parent: dict[str, Any], desired: dict[str, Any],
+                    view: dict[str, dict[str, Any]] | None = None) -> None:
+        """Create a desired Pod. The planner's rules about the ordinal it lands in are judged on
+        what it could see: the store, or the lagging view its request listed."""
         name = desired["metadata"]["name"]
         deployment, role, ordinal = pod_ordinal(desired)
         if name in self.pods:
             self.fail(f"create Pod {name}: AlreadyExists")
+        size = annotations(desired).get(vocab.ANNOTATION_KUEUE_GROUP_TOTAL_COUNT)
+        if size == "1" and name in self.listed_names:
+            # A size-1 Pod's name is never reused once a request listed it (the user's text: a
+            # replacement carries a fresh name the departed Pod never had).
+            self.fail(f"create Pod {name}: a departed Pod of ordinal {ordinal} had this name")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
             self.fail(f"create Pod {name}: not a DNS-1123 subdomain")
         if vocab.ANNOTATION_KUEUE_FAST_ADMISSION in annotations(desired):
             self.fail(f"create Pod {name}: carries {vocab.ANNOTATION_KUEUE_FAST_ADMISSION}")
-        same_ordinal = [p for p in self.pods.values() if labels(p).get(vocab.LABEL_INSTANCE) == deployment
+        same_ordinal = [p for p in (self.pods if view is None else view).values()
+                        if labels(p).get(vocab.LABEL_INSTANCE) == deployment
                         and labels(p).get(vocab.LABEL_COMPONENT) == role
                         and labels(p).get(vocab.LABEL_POD_ORDINAL) == str(ordinal)]
         if any(deleting(p) for p in same_ordinal):
