@@ -172,3 +172,43 @@ def test_api_version_and_kind(op: Operator, api_version: str, kind: str) -> None
     allowed, stderr = cluster_answer(op, obj, None)
     assert not allowed and not offline.allowed, (stderr, offline.message)
     assert (api_version if kind == "ModelDeployment" else kind) in stderr
+
+
+# --- what the cluster runs for a routed pair (issue 16 items 1, 4, 13) -----------------------------
+
+
+def _transfer_config(pod: dict[str, Any]) -> dict[str, Any]:
+    engine = next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+    argv = engine["command"]
+    return json.loads(argv[argv.index("--kv-transfer-config") + 1])
+
+
+def test_a_routed_pair_runs_the_protocol_the_roles_and_the_probes_it_declares(op: Operator) -> None:
+    obj = yaml.safe_load((EXAMPLES / "pd-pair.yaml").read_text())
+    obj["metadata"]["name"] = "pd-parity"
+    obj["spec"]["kvTransfer"] = {"protocol": "TCP"}
+    for role in obj["spec"]["roles"]:
+        role["replicas"] = 1
+    op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+    try:
+        def both() -> dict[str, dict[str, Any]] | None:
+            by_kind = {p["metadata"]["labels"]["modeldeployment.gpustack.ai/role-kind"]: p for p in op.pods("pd-parity")}
+            return by_kind if {"prefill", "decode"} <= set(by_kind) else None
+
+        pods = op.wait("the pair's Pods", both, 120)
+        prefill, decode = _transfer_config(pods["prefill"]), _transfer_config(pods["decode"])
+        leg = {"mooncake_protocol": "tcp"}
+        assert prefill["kv_role"] == "kv_producer" and decode["kv_role"] == "kv_consumer"
+        assert [(c["kv_connector"], c["kv_role"], c.get("kv_connector_extra_config"))
+                for c in prefill["kv_connector_extra_config"]["connectors"]] == [
+            ("MooncakeConnector", "kv_producer", leg), ("MooncakeStoreConnector", "kv_both", None)]
+        assert [(c["kv_connector"], c["kv_role"], c.get("kv_connector_extra_config"))
+                for c in decode["kv_connector_extra_config"]["connectors"]] == [
+            ("MooncakeConnector", "kv_consumer", leg), ("MooncakeStoreConnector", "kv_consumer", None)]
+        engine = next(c for c in pods["decode"]["spec"]["containers"] if c["name"] == "engine")
+        proxy = pods["decode"]["spec"]["initContainers"][0]
+        external = proxy["ports"][0]["containerPort"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert engine[probe]["httpGet"]["port"] == external, (probe, engine[probe])
+    finally:
+        _delete_and_wait(op, "pd-parity")
