@@ -224,3 +224,20 @@ def test_no_admitted_user_value_changes_tenant_master_or_dtype(engine_name, args
         assert vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH not in effective
         assert len(options.of("--hicache-storage-backend")) == 1
         assert not options.of("--hicache-storage-backend-extra-config")
+
+
+@pytest.mark.parametrize("kind,other,kv_role", [("Server", None, "kv_both"), ("Prefill", "Decode", "kv_both"),
+                                                 ("Decode", "Prefill", "kv_consumer")])
+def test_vllm_store_connector_on_an_ascend_pool_is_vllm_ascends(kind, other, kv_role):
+    md = cached("vLLM", kind, other=other, instanceType="gpustack-ascend-910b-linux-arm64",
+                resources={"accelerator": 1})
+    argv = engine(first_pod(sync(md), kind.lower()))["command"]
+    transfer = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert transfer == {"kv_connector": "AscendStoreConnector", "kv_role": kv_role,
+                        "kv_connector_extra_config": {"backend": "mooncake"}}
+
+
+def test_sglang_on_an_ascend_pool_is_unchanged():
+    md = cached("SGLang", instanceType="gpustack-ascend-910b-linux-arm64", resources={"accelerator": 1})
+    argv = engine(first_pod(sync(md)))["command"]
+    assert argv[argv.index("--hicache-storage-backend") + 1] == "mooncake"
