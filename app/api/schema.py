@@ -64,14 +64,15 @@ FROZEN_MERGE_PATCH = ("; a merge patch restating the roles list without this fie
                       "one field with kubectl patch --type=json, or send the whole object with kubectl apply or edit")
 
 
-def frozen_message(path: str, *, in_role: bool = False) -> str:
-    return f"{path} is frozen: {FROZEN_WHY}" + (FROZEN_MERGE_PATCH if in_role else "")
+def frozen_message(path: str, *, in_role: bool = False, note: str = "") -> str:
+    return f"{path} is frozen: {FROZEN_WHY}" + (f"; {note}" if note else "") + (FROZEN_MERGE_PATCH if in_role else "")
 
 
-def frozen(path: str, *, quantity: bool = False, in_role: bool = False) -> dict[str, Any]:
+def frozen(path: str, *, quantity: bool = False, in_role: bool = False, note: str = "") -> dict[str, Any]:
     """Schema extras: this field may not change on update (a quantity compares as written: 1 and "1" agree)."""
     rule = "string(self) == string(oldSelf)" if quantity else "self == oldSelf"
-    return {"x-kubernetes-validations": [cel(rule, frozen_message(path, in_role=in_role), reason="FieldValueForbidden")]}
+    message = frozen_message(path, in_role=in_role, note=note)
+    return {"x-kubernetes-validations": [cel(rule, message, reason="FieldValueForbidden")]}
 
 
 def frozen_presence(path: str, field: str, *, parent: str | None = None, in_role: bool = False) -> dict[str, Any]:

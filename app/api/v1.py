@@ -88,7 +88,8 @@ class RouterSpec(KubeModel):
     name: RouterName = Field(
         description="Router in front of the roles: llm-d-router (either engine), vllm-router (vLLM "
         "only), sglang-gateway (SGLang only). The name is frozen; the block may be added or removed.",
-        json_schema_extra=frozen("spec.router.name (remove the router block and add another in a later update)"),
+        json_schema_extra=frozen("spec.router.name", note="the router block itself may be removed, and another "
+                                 "added by a later update"),
     )
     replicas: int = Field(default=1, ge=1, description="Router Pods.")
     image: str | None = Field(default=None, description="Router image; defaults to the operator setting.")
