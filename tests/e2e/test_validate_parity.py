@@ -33,35 +33,50 @@ import cluster as e2e_cluster
 from md_operator import NAMESPACE, REPO, Operator, start_operator
 
 from app.admission.review import offline_verdict
+from app.world import World, load_yaml_objects
 from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, _extra_world, server
 from tests.unit.test_validate_offline import STRICT
 
 EXAMPLES = REPO / "examples" / "deployments"
 
 
+# The world both sides judge against: the examples' and what the cluster accepted of the table's.
+CLUSTER_WORLD: list[World] = []
+
+
 @pytest.fixture(scope="module")
 def op(control_plane: e2e_cluster.ControlPlane) -> Iterator[Operator]:
     operator = start_operator(control_plane)
-    _apply_extra_world(operator)
+    accepted = _apply_extra_world(operator)
+    CLUSTER_WORLD[:] = [World.of([*load_yaml_objects(REPO / "examples" / "world"), *accepted])]
     yield operator
     operator.stop()
 
 
-def _apply_extra_world(op: Operator) -> None:
+def _apply_extra_world(op: Operator) -> list[dict[str, Any]]:
     """The table's world beyond the examples (a second A10G type, an unobserved one, cache backends).
 
     Objects the CRD schema refuses (the table's malformed type and backend) cannot exist on a
-    cluster: there the offline "is malformed" meets the cluster's "does not exist", both refused."""
-    for obj in _extra_world():
-        obj = copy.deepcopy(obj)
+    cluster; they are left out of the offline world too, so both sides judge the same world."""
+    accepted = []
+    for original in _extra_world():
+        obj = copy.deepcopy(original)
         status = obj.pop("status", None)
         created = op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False)
-        if created.returncode != 0 or not status:
+        if created.returncode != 0:
+            continue
+        accepted.append(original)
+        if not status:
             continue
         kind = obj["kind"].lower() + "s"
         ns = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
         op.kubectl("patch", f"{kind}.worker.gpustack.ai", obj["metadata"]["name"], *ns, "--subresource=status",
                    "--type=merge", "-p", json.dumps({"status": status}))
+    return accepted
+
+
+def _world() -> World:
+    return CLUSTER_WORLD[0] if CLUSTER_WORLD else WORLD
 
 
 def _deleting(obj: dict[str, Any]) -> bool:
@@ -110,7 +125,7 @@ def _parents(path: str) -> list[str]:
 
 
 def assert_same(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None, path: str | None) -> None:
-    offline = offline_verdict(copy.deepcopy(obj), copy.deepcopy(old) if old else None, WORLD,
+    offline = offline_verdict(copy.deepcopy(obj), copy.deepcopy(old) if old else None, _world(),
                               kv_cache_dtype_owned=True)
     allowed, stderr = cluster_answer(op, obj, old)
     assert allowed == offline.allowed, f"cluster allowed={allowed}, offline allowed={offline.allowed}\n" \
@@ -168,7 +183,7 @@ def test_unknown_fields(op: Operator, edit, path: str) -> None:
 def test_api_version_and_kind(op: Operator, api_version: str, kind: str) -> None:
     obj = server()
     obj.update(apiVersion=api_version, kind=kind)
-    offline = offline_verdict(copy.deepcopy(obj), None, WORLD, kv_cache_dtype_owned=True)
+    offline = offline_verdict(copy.deepcopy(obj), None, _world(), kv_cache_dtype_owned=True)
     allowed, stderr = cluster_answer(op, obj, None)
     assert not allowed and not offline.allowed, (stderr, offline.message)
     assert (api_version if kind == "ModelDeployment" else kind) in stderr
