@@ -263,6 +263,9 @@ DEFAULT_MAX_PODS_PER_DEPLOYMENT = 2048
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # ...and one holding more JSON values than this (decoding cost, not bytes; app/web/guard.py).
 DEFAULT_MAX_BODY_VALUES = 6_000_000
+# An AdmissionReview nested deeper than this is refused before any rule reads it (Kubernetes
+# objects, managedFields included, nest a few tens of levels at most).
+MAX_JSON_DEPTH = 100
 # metadata.generation and other integers the API server stores as int64.
 MAX_INT64 = 2**63 - 1
 

@@ -48,6 +48,7 @@ def main() -> int:
     statuses: Counter[tuple[str, int]] = Counter()
     latencies: list[float] = []
     failures: list[str] = []
+    review_errors: list[str] = []  # an internal error (code 500) inside a 200 AdmissionReview
     with TestClient(app, raise_server_exceptions=False) as client:
         kube = gen.RecordingKube()
         app.state.service.executor = Executor(kube)  # type: ignore[arg-type]
@@ -72,6 +73,10 @@ def main() -> int:
                     failures.append(f"{path}: not JSON ({response.status_code}): {response.text[:200]!r}")
                 if response.status_code >= 500:
                     failures.append(f"{path}: {response.status_code}: {response.text[:300]}")
+                elif path in gen.WEBHOOKS and response.status_code == 200 and \
+                        ((response.json().get("response") or {}).get("status") or {}).get("code") == 500:
+                    review_errors.append(path)
+                    failures.append(f"{path}: an internal error inside the AdmissionReview: {response.text[:300]}")
                 foreign = [w for w in kube.writes if not gen.allowed_write(w)]
                 if foreign:
                     failures.append(f"{path}: a write the real parent could not cause: {foreign[:2]}")
@@ -85,7 +90,8 @@ def main() -> int:
         "requests": total, "seconds": round(elapsed, 1), "by_class": dict(sorted(by_class.items())),
         "by_endpoint": {path: {str(s): n for (p, s), n in sorted(statuses.items()) if p == path} for path in bases},
         "p50_ms": round(latencies[total // 2] * 1000, 2), "p99_ms": round(latencies[int(total * 0.99)] * 1000, 2),
-        "max_ms": round(latencies[-1] * 1000, 1), "peak_rss_mib": round(peak_rss_mib()), "failures": len(failures),
+        "max_ms": round(latencies[-1] * 1000, 1), "peak_rss_mib": round(peak_rss_mib()), "review_internal_errors": len(review_errors),
+        "failures": len(failures),
     }
     print(json.dumps(report, indent=2))
     for failure in failures[:10]:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.api.schema import KubeModel, Quantity
+from app.api.schema import KubeModel, Quantity, ReadQuantity
 from app.api.v1 import ObjectMeta
 
 PoolPhase = Literal["Provisioning", "Ready", "Degraded", "Error", "Deleting"]
@@ -21,8 +21,9 @@ BackendProtocol = Literal["Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", 
 
 
 class UnitResources(KubeModel):
-    cpu: Quantity | None = Field(default=None, description="CPU per unit (per card, or the whole Pod on a CPU-only type).")
-    ram: Quantity | None = Field(default=None, description="Memory per unit.")
+    cpu: ReadQuantity | None = Field(default=None,
+                                     description="CPU per unit (per card, or the whole Pod on a CPU-only type).")
+    ram: ReadQuantity | None = Field(default=None, description="Memory per unit.")
 
 
 class InstanceTypeSpec(KubeModel):
@@ -33,7 +34,7 @@ class InstanceTypeSpec(KubeModel):
     os: str | None = None
     arch: str | None = None
     unit_resources: UnitResources = Field(default_factory=UnitResources, description="Host resources per unit.")
-    local_storage: Quantity | None = Field(default=None, description="Ephemeral storage cap per Pod.")
+    local_storage: ReadQuantity | None = Field(default=None, description="Ephemeral storage cap per Pod.")
     accelerator_resource: str | None = Field(
         default=None, description="Extended resource key of one whole card (e.g. nvidia.com/gpu)."
     )

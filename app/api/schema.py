@@ -36,6 +36,16 @@ Quantity = Annotated[
 ]
 
 
+def _parseable(value: int | str) -> int | str:
+    quantity.parse(value)  # QuantityError is a ValueError: pydantic reports it on the field
+    return value
+
+
+# A quantity the operator multiplies (an InstanceType's unit resources): one that does not parse
+# makes the object malformed, named once in a RenderFailed Event, not an error in every render.
+ReadQuantity = Annotated[Quantity, AfterValidator(_parseable)]
+
+
 def list_map(*keys: str) -> dict[str, Any]:
     """Schema extras for a list merged by key (`x-kubernetes-list-type: map`)."""
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}

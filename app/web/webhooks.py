@@ -38,7 +38,24 @@ def world_source(state: ServiceState | None) -> review.WorldSource:
     return source
 
 
-async def _body(request: Request) -> dict | JSONResponse:
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value nests deeper than `limit` containers (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children = current.values()
+        elif isinstance(current, list):
+            children = current
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+async def _body(request: Request) -> dict | Response:
     raw = await request.body()
     try:
         body = json.loads(raw)
@@ -46,6 +63,12 @@ async def _body(request: Request) -> dict | JSONResponse:
         return JSONResponse({"error": f"the body is not JSON, so not an AdmissionReview: {exc}"}, status_code=400)
     if not isinstance(body, dict):
         return JSONResponse({"error": "the body is not a JSON object, so not an AdmissionReview"}, status_code=400)
+    if nested_deeper_than(body, vocab.MAX_JSON_DEPTH):
+        # Refused inside an AdmissionReview, before any rule walks it recursively.
+        message = (f"malformed AdmissionReview: nested deeper than {vocab.MAX_JSON_DEPTH} levels, which no "
+                   "Kubernetes object is")
+        return ascii_json(review.answer(review.request_uid(body), allowed=False, code=400, reason="BadRequest",
+                                        message=message))
     return body
 
 
@@ -71,7 +94,7 @@ def ascii_json(answer: dict[str, Any], status_code: int = 200) -> Response:
 async def mutate(request: Request) -> Response:
     started = time.perf_counter()
     body = await _body(request)
-    if isinstance(body, JSONResponse):
+    if not isinstance(body, dict):
         return body
     return _answer("mutate", started, await review.mutate_review(body, world_source(_state(request))))
 
@@ -80,7 +103,7 @@ async def mutate(request: Request) -> Response:
 async def validate(request: Request) -> Response:
     started = time.perf_counter()
     body = await _body(request)
-    if isinstance(body, JSONResponse):
+    if not isinstance(body, dict):
         return body
     state = _state(request)
     owned = state.settings.kv_cache_dtype_owned if state is not None else True

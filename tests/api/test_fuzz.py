@@ -157,6 +157,8 @@ def check(client: TestClient, kube: RecordingKube, path: str, content: bytes) ->
         uid = (sent.get("request") or {}).get("uid") if isinstance(sent, dict) and isinstance(
             sent.get("request"), dict) else None
         assert answer["response"]["uid"] == (uid if isinstance(uid, str) else "")
+        # Nor an internal error inside the AdmissionReview (the API server would show it as one).
+        assert (answer["response"].get("status") or {}).get("code") != 500, answer["response"]["status"]
     forbidden = [w for w in kube.writes if not allowed_write(w)]
     assert not forbidden, (path, forbidden)
 

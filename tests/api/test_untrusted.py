@@ -179,3 +179,19 @@ def test_a_large_body_of_cheap_values_is_a_413_before_it_is_decoded():
         # The same size in long strings decodes cheaply and is read.
         sparse = b'{"parent": "' + b"x" * (DENSE_CHECK_BYTES + 10) + b'"}'
         assert c.post("/hooks/sync", content=sparse, headers={"content-type": "application/json"}).status_code == 400
+
+
+def test_a_deeply_nested_admission_review_is_refused_in_an_admission_review(client):
+    deep: dict = {}
+    cursor = deep
+    for _ in range(vocab.MAX_JSON_DEPTH + 5):
+        cursor["x"] = {}
+        cursor = cursor["x"]
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "object": {"spec": deep}}}
+    for path in ("/webhooks/mutate", "/webhooks/validate"):
+        response = client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+        assert response.status_code == 200
+        answer = response.json()["response"]
+        assert answer["uid"] == "u-1" and answer["allowed"] is False and answer["status"]["code"] == 400
+        assert "nested deeper" in answer["status"]["message"]

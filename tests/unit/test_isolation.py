@@ -153,3 +153,14 @@ def test_unrepresentable_quantities_are_named(value):
 @pytest.mark.parametrize("value", ["4", "500m", "16Gi", 8, "abc", "1e3", "7Ei"])
 def test_ordinary_and_unparseable_quantities_are_not_judged_here(value):
     assert quantity.unrepresentable(value) is None
+
+
+def test_an_instance_type_whose_unit_resources_do_not_parse_is_malformed_not_a_crash():
+    import copy
+
+    world = copy.deepcopy(world_objects())
+    a10g = next(o for o in world if o["metadata"]["name"] == "gpustack-nvidia-a10g-linux-amd64")
+    a10g["spec"]["unitResources"]["ram"] = "sixteen gigs"
+    parsed = World.of(world)
+    assert "gpustack-nvidia-a10g-linux-amd64" not in parsed.instance_types
+    assert "spec.unitResources.ram" in parsed.absence(vocab.KIND_INSTANCE_TYPE, "gpustack-nvidia-a10g-linux-amd64")
