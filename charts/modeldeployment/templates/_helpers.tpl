@@ -10,6 +10,11 @@ app.kubernetes.io/name: {{ include "md.name" . }}
 {{/* Every object's labels: the selector label (as in manifests/) and Helm's standard ones. */}}
 {{- define "md.labels" -}}
 {{ include "md.selectorLabels" . }}
+{{ include "md.helmLabels" . }}
+{{- end -}}
+
+{{/* Helm's standard labels alone: for the objects manifests/ leaves unlabelled (Issuers, Certificates, the CompositeController). */}}
+{{- define "md.helmLabels" -}}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
