@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 
 from app import vocab
 from app.control.status import ConditionValue
@@ -45,8 +46,13 @@ class RouterRender:
 
 def _yaml(document: dict[str, Any]) -> str:
     """The documents as JSON, which is YAML: both readers accept it, and it costs microseconds to
-    write where PyYAML's representer costs milliseconds on every sync."""
-    return json.dumps(document, indent=2)
+    write where PyYAML's representer costs milliseconds on every sync.
+
+    orjson writes the same bytes as `json.dumps(indent=2)` for an ASCII document, in a tenth of the
+    time (json's indenting encoder is pure Python: half of a typical sync). A document that is not
+    ASCII goes through json, which escapes it, so the text (and its hash) never depends on which."""
+    text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    return text if text.isascii() else json.dumps(document, indent=2)
 
 
 def _pd_renders(renders: list[RoleRender]) -> tuple[list[RoleRender], list[RoleRender]]:
