@@ -54,7 +54,6 @@ def json_values(body: bytes) -> int:
 
 def _too_dense(values: int, max_values: int) -> dict[str, str]:
     return {"error": f"the request body holds up to {values} JSON values, more than {max_values} "
-                     ""
                      f"({vocab.SETTING_MAX_BODY_VALUES}): decoding it could exceed the service's memory; a ModelDeployment "
                      f"within the Pod bound ({vocab.SETTING_MAX_PODS_PER_DEPLOYMENT}) never needs that many"}
 
