@@ -153,3 +153,40 @@ def test_a_workload_already_gone_is_not_deleted():
     kube = FakeKube(workloads={})
     run(Executor(kube).run(QWEN, [DeleteWorkload("team-a", GROUP_0, "scale-down")]))
     assert kube.calls == [("get_parent", "team-a", "qwen")]
+
+
+def test_the_workload_delete_carries_a_uid_precondition():
+    """app/kube/client.py sends DeleteOptions{preconditions.uid} (lightkube's delete() sends no body);
+    a 409 (the name now holds another object) leaves it alone, a 404 counts as done."""
+    import json
+
+    import httpx2
+    from lightkube import KubeConfig
+
+    from app.kube.client import Kube
+
+    config = KubeConfig.from_dict({
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"})
+    kube = Kube(config, timeout=1)
+    sent = []
+    answers = iter([200, 409, 404])
+
+    async def send(request):
+        sent.append(request)
+        code = next(answers)
+        body = {"kind": "Status", "apiVersion": "v1", "status": "Success" if code == 200 else "Failure", "code": code,
+                "message": "m", "reason": "Conflict" if code == 409 else "NotFound"}
+        return httpx2.Response(code, json=body, request=request)
+
+    kube.client._client.send = send  # type: ignore[method-assign]
+    assert run(kube.delete_workload("team-a", GROUP_0, "wl-uid")) is True
+    assert run(kube.delete_workload("team-a", GROUP_0, "wl-uid")) is False
+    assert run(kube.delete_workload("team-a", GROUP_0, "wl-uid")) is True
+    request = sent[0]
+    assert request.method == "DELETE"
+    assert request.url.path == f"/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/{GROUP_0}"
+    assert json.loads(request.content) == {"apiVersion": "v1", "kind": "DeleteOptions",
+                                           "preconditions": {"uid": "wl-uid"}}
+    run(kube.close())
