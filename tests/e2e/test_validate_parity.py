@@ -32,6 +32,7 @@ import yaml
 import cluster as e2e_cluster
 from md_operator import NAMESPACE, REPO, Operator, start_operator
 
+from app import vocab
 from app.admission.review import offline_verdict
 from app.world import World, load_yaml_objects
 from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, _extra_world, server
@@ -192,6 +193,9 @@ def test_api_version_and_kind(op: Operator, api_version: str, kind: str) -> None
 # --- what the cluster runs for a routed pair (issue 16 items 1, 4, 13) -----------------------------
 
 
+ROLE_KIND_LABEL = vocab.LABEL_ROLE_KIND
+
+
 def _transfer_config(pod: dict[str, Any]) -> dict[str, Any]:
     engine = next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
     argv = engine["command"]
@@ -207,7 +211,8 @@ def test_a_routed_pair_runs_the_protocol_the_roles_and_the_probes_it_declares(op
     op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
     try:
         def both() -> dict[str, dict[str, Any]] | None:
-            by_kind = {p["metadata"]["labels"]["modeldeployment.gpustack.ai/role-kind"]: p for p in op.pods("pd-parity")}
+            # The deployment's Pods include the router's, which carry no role kind.
+            by_kind = {p["metadata"]["labels"].get(ROLE_KIND_LABEL): p for p in op.pods("pd-parity")}
             return by_kind if {"prefill", "decode"} <= set(by_kind) else None
 
         pods = op.wait("the pair's Pods", both, 120)
