@@ -40,6 +40,11 @@ class Operator:
         self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "--wait=false", check=False)
         self.cp.stop_process("operator")
 
+    def wait_listening(self) -> None:
+        client = self.cp.http_client()
+        self.wait("the operator to listen",
+                  lambda: _healthy(client, f"https://127.0.0.1:{self.webhook_port}/readyz"), 60, 0.5)
+
     def restart_metacontroller(self) -> None:
         self.cp.stop_component("metacontroller")
         self.cp.start_component("metacontroller")
@@ -144,8 +149,7 @@ def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
                                   "--tls-cert", str(cert), "--tls-key", str(key), "--hooks-port", str(hooks_port)],
                      env=env, cwd=REPO)
     op = Operator(cp, webhook_port, hooks_port)
-    client = cp.http_client()
-    op.wait("the operator to listen", lambda: _healthy(client, f"https://127.0.0.1:{webhook_port}/readyz"), 60, 0.5)
+    op.wait_listening()
     # The administrator's world: InstanceTypes (status as an inventory controller fills it), the
     # KV cache pool, backend and binding, the Kueue queues and our AdmissionCheck.
     apply_world(op)

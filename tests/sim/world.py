@@ -1149,7 +1149,10 @@ class Sim:
                 continue
             healthy = (len(live) == size == len(pods) and admitted(wl) and not cond_true(wl or {}, "Evicted")
                        and all(pod_phase(p) not in ("Failed", "Succeeded") for p in pods))
+            # A Workload being deleted gives its Pods up (Kueue stops them): a lagging view may still
+            # list them as live after the pass that deleted it.
             departed = (len(live) < len(pods) or any(pod_phase(p) in ("Failed", "Succeeded") for p in pods)
+                        or (wl is not None and deleting(wl))
                         or (cond_true(wl or {}, "Evicted") and not all(gated(p) for p in pods))
                         or (admitted(wl) and len(pods) < size))
             obsolete = any(fingerprint(p) != current_fp for p in pods)
@@ -1234,8 +1237,16 @@ class Sim:
                 self.fail(f"Ready written on {intent.workload} while the set is incomplete: {missing} hold no quota")
 
     def check_departure_events(self) -> None:
-        """Every replica that ran and then went away (outside deletion) has exactly one Event."""
+        """Every replica that ran and then went away (outside deletion) has exactly one Event.
+
+        With lagging views at most one: a view may still list a preempted replica's Pods as running
+        while its Workload, re-queued, reads reserved but not admitted — the same picture as a
+        group Kueue has just admitted whose Workload the view has not caught up with, which must not
+        be torn down. The planner then supersedes it quietly; the Workload's eviction is in Kueue's
+        own events."""
         for inc in self.all_incarnations:
+            if self.lagging and len(inc.events) <= 1:
+                continue
             if inc.gone and inc.ran and not inc.gone_while_finalizing and not inc.forced and len(inc.events) != 1:
                 self.fail(f"replica {inc.deployment}/{inc.role}/{inc.ordinal} (incarnation {inc.id}) ran and departed "
                           f"with {len(inc.events)} departure events")
