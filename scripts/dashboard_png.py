@@ -2,7 +2,8 @@
 """Draws the Grafana dashboard's panels (manifests/monitoring/dashboards/modeldeployment.json) as one
 PNG, from /metrics samples of a real run: a JSON-lines file of {"t": unix seconds, "metrics": the
 Prometheus text exposition}, as tests/e2e/test_install.py writes while it drives a deployment
-(.e2e-work/install-metrics-samples.jsonl).
+(.e2e-work/install-metrics-samples.jsonl; the run behind docs/images/dashboard.png is kept as
+docs/images/dashboard-samples.jsonl.gz).
 
 This is not a Grafana screenshot: the same queries are evaluated here in Python over the scraped
 samples (one operator replica, so no freshest-replica filter is needed) and drawn with matplotlib.
@@ -13,6 +14,7 @@ samples (one operator replica, so no freshest-replica filter is needed) and draw
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections import defaultdict
@@ -31,7 +33,8 @@ WINDOW = 10.0  # seconds, the rate window for latency quantiles
 
 def load(path: Path) -> list[tuple[float, dict[str, list[tuple[dict[str, str], float]]]]]:
     samples = []
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         if not line.strip():
             continue
         entry = json.loads(line)
