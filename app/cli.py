@@ -93,9 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     Metacontroller calls hooks over in-cluster HTTP (its examples do); the API server requires
     TLS for admission webhooks, whose certificate is reloaded when its files change.
     """
-    import asyncio
-
-    from app.web.serving import listeners, serve
+    from app.web.serving import listeners, run
 
     overrides: dict[str, Any] = {}
     if args.world is not None:
@@ -110,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hooks_port = settings.hooks_port if args.hooks_port is None else args.hooks_port
     listening = listeners(app, settings, host=args.host or settings.host, port=args.port or settings.port,
                           hooks_port=hooks_port, log_level=None, log_config=None)
-    asyncio.run(serve(listening, settings))
+    run(listening, settings)
     return 0
 
 

@@ -87,12 +87,22 @@ def main() -> None:
     parser.add_argument("--kube", default="off", choices=("off", "auto"))
     parser.add_argument("--shim-kube-timeout", action="store_true")
     parser.add_argument("--floor-response", default=None, help="a sync answer (JSON file): serves /bench/floor")
+    parser.add_argument("--stack", default="serve", choices=("serve", "h11-asyncio"))
     args = parser.parse_args()
     if args.shim_kube_timeout:
         shim_kube_timeout()
     app = build(args.trivial_bytes, args.world, args.kube, args.floor_response)
-    # The same server settings as `modeldeployment serve` (app/cli.py).
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="info", lifespan="on")
+    # The same server as `modeldeployment serve` (app/cli.py): app/web/serving.py's listener (one
+    # port here) on its event loop (uvloop) and uvicorn's HTTP parser (httptools when installed);
+    # `--stack h11-asyncio` is the stack before those two (a reference row in the results).
+    if args.stack == "h11-asyncio":
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="info", lifespan="on", loop="asyncio", http="h11")
+        return
+    from app.settings import Settings
+    from app.web.serving import listeners, run
+
+    settings = Settings(kube=args.kube, world_dir=args.world)
+    run(listeners(app, settings, host="127.0.0.1", port=args.port, hooks_port=0, log_level="info"), settings)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,56 @@
+"""`modeldeployment serve` runs on uvloop and httptools (issue 15): both are dependencies, and the
+listeners pick them up (bench/results.md, "Sync throughput", measures what they change)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import uvicorn
+
+from app.settings import Settings
+from app.web.serving import event_loop_factory, listeners, run
+
+
+def test_the_event_loop_is_uvloops():
+    import uvloop
+
+    factory = event_loop_factory()
+    assert factory is uvloop.new_event_loop
+    loop = factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+
+
+def test_the_listeners_parse_http_with_httptools():
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    async def app(scope, receive, send):  # pragma: no cover - never called
+        raise AssertionError
+
+    listening = listeners(app, Settings(kube="off"), host="127.0.0.1", port=0, hooks_port=0, log_level="warning")
+    config = listening.servers[0].config
+    config.load()
+    assert config.http_protocol_class is HttpToolsProtocol
+
+
+def test_run_serves_on_uvloop_until_the_listeners_stop():
+    seen: list[str] = []
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    seen.append(type(asyncio.get_running_loop()).__module__)
+                    listening.stop()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    listening = listeners(app, Settings(kube="off"), host="127.0.0.1", port=0, hooks_port=0, log_level="warning")
+    run(listening, Settings(kube="off"))
+    assert seen and seen[0].startswith("uvloop")
+    assert isinstance(listening.servers[0], uvicorn.Server)
