@@ -241,9 +241,9 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     engine = ctx.md.spec.engine.name
     proxied = routing_proxy_rendered(ctx, role)
     ports = role_ports(engine, role, proxied=proxied)
-    rendered = _engine_render(ctx, role, ports)
-    # The user's env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
+    # The user's arguments, env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
     guarded = tenant.guard(engine, cache_rendered(ctx, role), role)
+    rendered = _engine_render(ctx, guarded.role, ports)
     try:
         resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
     except ResourceError as exc:

@@ -5,8 +5,10 @@ configuration (vLLM: the file `/etc/gpustack/kvcache/mooncake.json` that `MOONCA
 names; SGLang: `MOONCAKE_TENANT_ID` and the Mooncake environment). Admission refuses a user's
 duplicate of those keys, but a stored object may carry one (admitted before a rule, or written
 while the webhook was bypassed). So on a role whose cache the operator renders, the user's
-tenant-bearing variables and any mount at, over or under the client configuration are dropped
-from the render, and the caller records a warning Event naming each (`ignored`).
+tenant-bearing variables, the arguments that replace the client configuration (vLLM's
+`--kv-transfer-config`, SGLang's `--hicache-storage-backend-extra-config`, in every spelling) and
+any mount at, over or under the client configuration are dropped from the render, and the caller
+records a warning Event naming each (`ignored`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from app import vocab
 from app.api.v1 import Role
+from app.engines.argv import parse_argv
 
 # Per engine, the variables that carry or select the tenant: the store client reads its tenant
 # from them (SGLang reads its config path before the MOONCAKE_* environment).
@@ -23,6 +26,12 @@ TENANT_ENV: dict[str, frozenset[str]] = {
     vocab.ENGINE_VLLM: frozenset({vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_MOONCAKE_TENANT_ID}),
     vocab.ENGINE_SGLANG: frozenset({vocab.ENV_MOONCAKE_TENANT_ID, vocab.ENV_MOONCAKE_CONFIG_PATH,
                                     vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH}),
+}
+# Per engine, the arguments that carry or replace the store client's configuration (every spelling
+# the engine reads as them; an owned flag the operator renders, which a later duplicate overrides).
+TENANT_FLAGS: dict[str, frozenset[str]] = {
+    vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config"}),
+    vocab.ENGINE_SGLANG: frozenset({"--hicache-storage-backend-extra-config"}),
 }
 # Where the client configuration lives (the directory and its file).
 TENANT_PATHS = (vocab.KVCACHE_CONFIG_DIR, vocab.KVCACHE_CONFIG_PATH)
@@ -52,6 +61,20 @@ def owned_path_conflict(mount_path: str, owned_paths: tuple[str, ...]) -> tuple[
     return None
 
 
+def tenant_arguments(engine: str, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without the tenant-bearing arguments and their values, what was dropped)."""
+    flags = TENANT_FLAGS.get(engine, frozenset())
+    dropped_indexes: set[int] = set()
+    dropped: list[str] = []
+    for option in parse_argv(engine, argv).options:
+        if option.flag not in flags:
+            continue
+        taken = 0 if "=" in option.token else len(option.values)
+        dropped_indexes.update(range(option.index, option.index + 1 + taken))
+        dropped.append(f"extraArgs[{option.index}] {option.spelling}")
+    return [token for index, token in enumerate(argv) if index not in dropped_indexes], dropped
+
+
 @dataclass(frozen=True)
 class Guarded:
     """The role as the render may use it, and what was dropped from it (for the warning Event)."""
@@ -65,7 +88,7 @@ def guard(engine: str, cache_rendered: bool, role: Role) -> Guarded:
     if not cache_rendered:
         return Guarded(role)
     tenant_env = TENANT_ENV.get(engine, frozenset())
-    ignored: list[str] = []
+    extra_args, ignored = tenant_arguments(engine, list(role.extra_args))
     env = []
     for index, entry in enumerate(role.env):
         if entry.name in tenant_env:
@@ -81,4 +104,5 @@ def guard(engine: str, cache_rendered: bool, role: Role) -> Guarded:
             volumes.append(volume)
     if not ignored:
         return Guarded(role)
-    return Guarded(role.model_copy(update={"env": env, "additional_volumes": volumes}), tuple(ignored))
+    return Guarded(role.model_copy(update={"env": env, "additional_volumes": volumes, "extra_args": extra_args}),
+                   tuple(ignored))

@@ -164,3 +164,24 @@ def test_an_instance_type_whose_unit_resources_do_not_parse_is_malformed_not_a_c
     parsed = World.of(world)
     assert "gpustack-nvidia-a10g-linux-amd64" not in parsed.instance_types
     assert "spec.unitResources.ram" in parsed.absence(vocab.KIND_INSTANCE_TYPE, "gpustack-nvidia-a10g-linux-amd64")
+
+
+@pytest.mark.parametrize("engine, args, flag", [
+    ("vLLM", ["--kv_transfer_config", '{"kv_connector":"Mine"}', "--max-model-len", "4096"], "--kv-transfer-config"),
+    ("vLLM", ["--kv-transfer-config={}", "--max-model-len", "4096"], "--kv-transfer-config"),
+    ("SGLang", ["--hicache-storage-backend-extra", '{"tenant_id":"other"}', "--max-running-requests", "8"],
+     "--hicache-storage-backend-extra-config"),
+])
+def test_a_stored_argument_replacing_the_client_configuration_never_wins(engine, args, flag):
+    md = parent("qwen-cached")
+    if engine == "SGLang":
+        md["spec"]["engine"] = {"name": "SGLang", "version": "0.5.18"}
+    md["spec"]["roles"][0]["extraArgs"] = args
+    result = sync(md)
+    command = pods(result)[0]["spec"]["containers"][0]["command"]
+    assert "Mine" not in " ".join(command) and "other" not in " ".join(command)
+    assert command[-2:] == args[-2:]  # the user's other arguments stay, last
+    if engine == "vLLM":
+        assert sum(1 for token in command if token.startswith("--kv") and "transfer" in token) == 1
+    (event,) = [i for i in result.intents if getattr(i, "reason", None) == vocab.EVENT_TENANT_KEY_IGNORED]
+    assert "extraArgs[0]" in event.message
