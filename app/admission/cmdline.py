@@ -22,7 +22,7 @@ from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import owned
 from app.engines.common import kv_events_rendered
-from app.engines.flags import flags_for
+from app.engines.registry import KV_CACHE_DTYPE_FLAG, engine_for, flags_for
 from app.render.context import DeploymentContext, RenderOptions, build_context
 from app.render.pod import ROUTING_PROXY_ENGINE_PORT, routing_proxy_rendered
 from app.world import World
@@ -137,7 +137,7 @@ def owned_env(subject: Subject) -> list[Refusal]:
 
 # --- rule 13: --kv-cache-dtype ----------------------------------------------------------------
 
-KV_CACHE_DTYPE = owned.KV_CACHE_DTYPE_FLAG
+KV_CACHE_DTYPE = KV_CACHE_DTYPE_FLAG
 
 
 def _carries_dtype(engine: str, role: Role | None) -> bool:
@@ -293,7 +293,7 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
     width above the cards each Pod gets."""
     engine = subject.engine
     out: list[Refusal] = []
-    table = engine_argv.DEGREE_FLAGS[engine]
+    table = engine_for(engine).degree_flags
     for index, role in enumerate(subject.md.spec.roles):
         line = role_line(engine, role)
         if line is None:

@@ -20,6 +20,7 @@ from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
 from app.api.v1 import Role
 from app.engines import router_flags
+from app.engines.registry import ENGINES
 from app.engines.common import leg_protocol, on_ascend, transfer_leg_rendered
 from app.control import bounds
 from app.render import names, tenant
@@ -266,6 +267,18 @@ def engine_version(subject: Subject) -> list[Refusal]:
         f"from it (gpustack/runner:<backend><runtime>[-<variant>]-{subject.engine.lower()}<version>)",
         "set spec.engine.version, or name an image in roles[].image for each of those roles",
     )]
+
+
+def engine_version_notices(subject: Subject) -> list[Notice]:
+    """Accepted, but said: engine.version is not the release whose option table admission reads
+    command lines with (app/engines/data/), so a flag added or renamed since may be misread."""
+    version = subject.md.spec.engine.version
+    engine = ENGINES.get(subject.engine)
+    if not version or engine is None or version.removeprefix("v") == engine.version:
+        return []
+    return [Notice("spec.engine.version", f"{version!r} is not the {engine.name} release admission reads command "
+                   f"lines as ({engine.version}): an option added, renamed or removed since may be misread in "
+                   "extraArgs or command")]
 
 
 # --- volumes ----------------------------------------------------------------------------------
@@ -576,12 +589,10 @@ def cache_binding(subject: Subject) -> list[Refusal]:
     return out
 
 
-# The --kv-cache-dtype spellings of SPEC §11. Only a value one engine lists and the other does not
-# is refused (bf16 on vLLM; fp8 and float16 on SGLang): other values may come with newer versions.
-KV_CACHE_DTYPES = {
-    vocab.ENGINE_VLLM: frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}),
-    vocab.ENGINE_SGLANG: frozenset({"auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"}),
-}
+# The --kv-cache-dtype spellings of SPEC §11, from the engine registry. Only a value one engine lists
+# and the other does not is refused (bf16 on vLLM; fp8 and float16 on SGLang): other values may come
+# with newer versions.
+KV_CACHE_DTYPES = {name: engine.kv_cache_dtypes for name, engine in ENGINES.items()}
 
 
 def _binding_dtype(subject: Subject, binding: KVCachePoolBinding) -> list[Refusal]:

@@ -55,6 +55,7 @@ NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
     cmdline.idle_cards_notices,
     rules.cache_notices,
     rules.artifact_notices,
+    rules.engine_version_notices,
 )
 
 # Union-branch tags pydantic appends to an error location; they are not field names.

@@ -3,7 +3,8 @@
 Why this exists: admission refuses operator-owned flags "in every spelling the engine reads as
 that flag", validates parallel degrees and follows `--port`. A reading that differs from the
 engine's is either a bypass (a spelling we miss) or a false refusal (a spelling we invent), so the
-rules below copy the parsers' behaviour, with the flag lists of `app/engines/flags.py`:
+rules below copy the parsers' behaviour, with the option tables of the engine registry
+(`app/engines/registry.py`, data in `app/engines/data/`):
 
 - argparse (Python 3.12+, `allow_abbrev=True`): an exact option string wins; otherwise a `--` token
   (the part before `=`) resolves to the option strings it is a prefix of — one is a match, several
@@ -27,7 +28,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from app import vocab
-from app.engines.flags import EngineFlags, flags_for
+from app.engines.flags import EngineFlags
+from app.engines.registry import engine_for, flags_for
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _K8S_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -435,30 +437,6 @@ class DegreeReading:
     problems: tuple[DegreeProblem, ...]
 
 
-_VLLM_DEGREES = {
-    "--tensor-parallel-size": "tensor",
-    "--pipeline-parallel-size": "pipeline",
-    "--data-parallel-size": "data",
-    "--data-parallel-size-local": "data_local",
-    "--decode-context-parallel-size": "decode_context",
-    "--prefill-context-parallel-size": "prefill_context",
-    "--nnodes": "nnodes",
-}
-_SGLANG_DEGREES = {
-    "--tp-size": "tensor",
-    "--pp-size": "pipeline",
-    "--dp-size": "data",
-    "--ep-size": "expert",
-    "--attn-dp-size": "attention_data",
-    "--dcp-size": "decode_context",
-    "--nnodes": "nnodes",
-}
-DEGREE_FLAGS: Mapping[str, Mapping[str, str]] = {
-    vocab.ENGINE_VLLM: _VLLM_DEGREES,
-    vocab.ENGINE_SGLANG: _SGLANG_DEGREES,
-}
-
-
 def _read_int(flag: str, spelling: str, raw: str | None, index: int | None, engine: str,
               env: Mapping[str, str], member: str | None = None) -> tuple[int | None, DegreeProblem | None]:
     """One whole number ≥ 1 as the engine's `int` converter reads it, or the problem with it."""
@@ -485,7 +463,7 @@ def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None
     """The degrees an argv declares, with every unreadable degree as a problem (last value wins)."""
     env = env or {}
     parsed = parse_argv(engine, argv)
-    table = DEGREE_FLAGS[flags_for(engine).engine]
+    table = engine_for(engine).degree_flags
     found: dict[str, int] = {}
     problems: list[DegreeProblem] = []
     for o in parsed.options:

@@ -1,5 +1,7 @@
 """The operator-owned keys of SPEC §6, per engine, and where an argv or env uses them. Pure.
 
+The keys themselves are in the engine registry (app/engines/registry.py).
+
 Why: the operator renders these arguments and variables itself; a user-supplied duplicate cannot be
 told apart from the operator's (or, for SGLang's Mooncake config sources, silently replaces the
 whole client configuration). Ownership is per (engine, key): a key one engine owns is an ordinary
@@ -15,63 +17,21 @@ ambiguous prefix (the engine will not start; `ParsedArgv.ambiguous` lists them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
-from app import vocab
 from app.engines.argv import parse_argv
-from app.engines.flags import flags_for
-
-KV_CACHE_DTYPE_FLAG: Final = "--kv-cache-dtype"
-API_KEY_FLAG: Final = "--api-key"
-
-OWNED_FLAGS: Final[Mapping[str, frozenset[str]]] = {
-    vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config", "--kv-events-config"}),
-    vocab.ENGINE_SGLANG: frozenset(
-        {
-            "--hicache-storage-backend",
-            "--hicache-storage-backend-extra-config",
-            "--disaggregation-mode",
-            "--disaggregation-transfer-backend",
-            "--disaggregation-bootstrap-port",
-        }
-    ),
-}
-
-OWNED_ENV: Final[Mapping[str, frozenset[str]]] = {
-    vocab.ENGINE_VLLM: frozenset(
-        {vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, *vocab.REPLICA_ENV}
-    ),
-    vocab.ENGINE_SGLANG: frozenset(
-        {
-            vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH,
-            vocab.ENV_MOONCAKE_MASTER,
-            vocab.ENV_MOONCAKE_TE_META_DATA_SERVER,
-            vocab.ENV_MOONCAKE_PROTOCOL,
-            vocab.ENV_MOONCAKE_DEVICE,
-            vocab.ENV_MOONCAKE_GLOBAL_SEGMENT_SIZE,
-            vocab.ENV_MOONCAKE_LOCAL_HOSTNAME,
-            vocab.ENV_MOONCAKE_TENANT_ID,
-            *vocab.REPLICA_ENV,
-        }
-    ),
-}
-
-API_KEY_ENV: Final[Mapping[str, frozenset[str]]] = {
-    vocab.ENGINE_VLLM: frozenset({vocab.ENV_VLLM_API_KEY}),
-    # SGLang 0.5.23 reads its API key from `--api-key` only.
-    vocab.ENGINE_SGLANG: frozenset(),
-}
+from app.engines.registry import API_KEY_FLAG, KV_CACHE_DTYPE_FLAG, engine_for
 
 
 def owned_flags(engine: str, *, kv_cache_dtype_owned: bool) -> frozenset[str]:
     """The canonical flags the operator owns on `engine`; `--kv-cache-dtype` only when asked."""
-    base = OWNED_FLAGS[flags_for(engine).engine]
+    base = engine_for(engine).owned_flags
     return base | {KV_CACHE_DTYPE_FLAG} if kv_cache_dtype_owned else base
 
 
 def owned_env_names(engine: str) -> frozenset[str]:
     """The env names the operator owns on `engine` (exact names; a name prefix means nothing)."""
-    return OWNED_ENV[flags_for(engine).engine]
+    return engine_for(engine).owned_env
 
 
 @dataclass(frozen=True)
@@ -125,6 +85,6 @@ def api_key_uses(engine: str, argv: Sequence[str], env_names: Iterable[str]) -> 
         for o in parse_argv(engine, argv).options
         if o.flag == API_KEY_FLAG
     ]
-    names = API_KEY_ENV[flags_for(engine).engine]
+    names = engine_for(engine).api_key_env
     uses += [ApiKeyUse(engine, "env", n, n, None) for n in env_names if n in names]
     return uses

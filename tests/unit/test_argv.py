@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from app import vocab
 from app.engines import argv as A
-from app.engines.flags import ENGINE_FLAGS, SGLANG, VLLM, flags_for
+from app.engines.registry import ENGINES, SGLANG, VLLM, flags_for
 
 V = vocab.ENGINE_VLLM
 S = vocab.ENGINE_SGLANG
@@ -17,7 +17,7 @@ S = vocab.ENGINE_SGLANG
 # --- Flag data --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [VLLM, SGLANG], ids=lambda f: f.engine)
+@pytest.mark.parametrize("flags", [VLLM.flags, SGLANG.flags], ids=lambda f: f.engine)
 def test_flag_tables_are_consistent(flags):
     assert len(flags.options) > 400  # several hundred: a partial list would break prefixes
     assert flags.no_value <= flags.options
@@ -75,7 +75,7 @@ def test_known_option_strings(engine, option, canonical):
 def test_flags_for_unknown_engine():
     with pytest.raises(KeyError, match="unknown engine"):
         flags_for("TensorRT-LLM")
-    assert set(ENGINE_FLAGS) == set(vocab.ENGINES)
+    assert set(ENGINES) == set(vocab.ENGINES)
 
 
 # --- One token --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from app import vocab
 from app.engines import owned as O
 from app.engines.argv import parse_argv
-from app.engines.flags import flags_for
+from app.engines.registry import engine_for, flags_for
 
 V = vocab.ENGINE_VLLM
 S = vocab.ENGINE_SGLANG
@@ -18,7 +18,7 @@ S = vocab.ENGINE_SGLANG
 @pytest.mark.parametrize("engine", [V, S])
 def test_owned_keys_exist_in_the_engine_parser(engine):
     flags = flags_for(engine)
-    assert O.OWNED_FLAGS[engine] <= flags.options
+    assert engine_for(engine).owned_flags <= flags.options
     assert O.KV_CACHE_DTYPE_FLAG in flags.options
     assert O.API_KEY_FLAG in flags.options
 
