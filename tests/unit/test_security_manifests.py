@@ -73,3 +73,15 @@ def test_rbac_reads_the_parent_and_workloads_before_writing():
     assert ("worker.gpustack.ai", "modeldeployments", "get") in granted
     assert {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")} <= granted
     assert not any(v in ("update", "deletecollection", "*") for _, _, v in granted)
+
+
+def test_the_declared_child_maps_are_the_composite_controllers_children():
+    """The hooks refuse a request missing one of vocab.DECLARED_CHILD_MAPS: exactly the child
+    resources the CompositeController declares (Metacontroller sends each, empty when none)."""
+    from app import vocab
+
+    kinds = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "serviceaccounts": "ServiceAccount",
+             "roles": "Role", "rolebindings": "RoleBinding", "deployments": "Deployment"}
+    (controller,) = docs(MANIFESTS / "metacontroller" / "compositecontroller.yaml")
+    declared = {f"{kinds[c['resource']]}.{c['apiVersion']}" for c in controller["spec"]["childResources"]}
+    assert declared == set(vocab.DECLARED_CHILD_MAPS)
