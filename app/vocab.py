@@ -109,6 +109,8 @@ ANNOTATION_FINGERPRINT = "modeldeployment.gpustack.ai/fingerprint"
 # it identifies an instance, it does not describe its render.
 ANNOTATION_INCARNATION = "modeldeployment.gpustack.ai/incarnation"
 ANNOTATION_KVCACHE_CLIENT_CONFIG = "kvcache.gpustack.ai/client-config"
+# On the router's Pod template: a digest of its config documents, so a changed document rolls the Pods.
+ANNOTATION_ROUTER_CONFIG_HASH = "modeldeployment.gpustack.ai/router-config-hash"
 
 KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
@@ -147,12 +149,16 @@ MODEL_MOUNT_PATH = "/var/lib/gpustack/model"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
 SHM_SIZE_LIMIT = "16Gi"
+ROUTER_CONFIG_VOLUME = "config"
+ROUTER_CONFIG_DIR = "/etc/gpustack/router"
 
 DEFAULT_SERVING_PORT = 8000
 KV_EVENTS_PORT = 5557
 KV_EVENTS_REPLAY_PORT = 5558
 PREFILL_BOOTSTRAP_PORT = 8998
 PORT_NAME_HTTP = "http"
+PORT_NAME_METRICS = "metrics"
+ROUTER_PORT = DEFAULT_SERVING_PORT  # the router's listener and its Service
 HEALTH_PATH = "/health"
 DEFAULT_TERMINATION_GRACE_SECONDS = 30
 KV_LEASE_WINDOW_SECONDS = 30

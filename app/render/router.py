@@ -31,10 +31,6 @@ from app.render import labels, names
 from app.render.context import DeploymentContext
 from app.render.pod import RoleRender
 
-ROUTER_PORT = vocab.DEFAULT_SERVING_PORT
-CONFIG_DIR = "/etc/gpustack/router"
-ANNOTATION_CONFIG_HASH = "modeldeployment.gpustack.ai/router-config-hash"
-
 
 @dataclass
 class RouterRender:
@@ -44,9 +40,10 @@ class RouterRender:
     condition: ConditionValue | None = None
 
 
-def _yaml(document: dict[str, Any]) -> str:
-    """The documents as JSON, which is YAML: both readers accept it, and it costs microseconds to
-    write where PyYAML's representer costs milliseconds on every sync.
+def _json_text(document: dict[str, Any]) -> str:
+    """A config document as JSON text. The EPP and Envoy read their `.yaml` files with YAML parsers,
+    which accept JSON; it costs microseconds to write where PyYAML's representer costs milliseconds
+    on every sync.
 
     orjson writes the same bytes as `json.dumps(indent=2)` for an ASCII document, in a tenth of the
     time (json's indenting encoder is pure Python: half of a typical sync). A document that is not
@@ -82,7 +79,7 @@ def _selector_args(flag: str, pairs: dict[str, str]) -> list[str]:
 
 def _target_port(renders: list[RoleRender]) -> int:
     """The port the router dials on every leader (the decoders' routing proxy when present)."""
-    return renders[0].ports.container if renders else ROUTER_PORT
+    return renders[0].ports.container if renders else vocab.ROUTER_PORT
 
 
 def _timeout(ctx: DeploymentContext) -> int | None:
@@ -143,7 +140,7 @@ def llmd_envoy_bootstrap(ctx: DeploymentContext) -> dict[str, Any]:
     ]
     router_listener = {
         "name": "router",
-        "address": {"socket_address": {"address": "0.0.0.0", "port_value": ROUTER_PORT}},
+        "address": {"socket_address": {"address": "0.0.0.0", "port_value": vocab.ROUTER_PORT}},
         "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "stat_prefix": "router",
@@ -213,7 +210,7 @@ def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tupl
         f"--metrics-port={rf.LLMD_EPP_METRICS_PORT}",
         "--secure-serving=false",
         "--metrics-endpoint-auth=false",
-        f"--config-file={CONFIG_DIR}/epp-config.yaml",
+        f"--config-file={vocab.ROUTER_CONFIG_DIR}/epp-config.yaml",
     ]
     if router.replicas > 1:
         epp_args.append("--ha-enable-leader-election")
@@ -225,27 +222,30 @@ def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tupl
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "ports": [{"name": "grpc", "containerPort": rf.LLMD_EPP_GRPC_PORT, "protocol": "TCP"},
                   {"name": "grpc-health", "containerPort": rf.LLMD_EPP_HEALTH_PORT, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": rf.LLMD_EPP_METRICS_PORT, "protocol": "TCP"}],
+                  {"name": vocab.PORT_NAME_METRICS, "containerPort": rf.LLMD_EPP_METRICS_PORT, "protocol": "TCP"}],
         "livenessProbe": {"grpc": {"port": rf.LLMD_EPP_HEALTH_PORT, "service": "liveness"}, "periodSeconds": 10},
         "readinessProbe": {"grpc": {"port": rf.LLMD_EPP_HEALTH_PORT, "service": "readiness"}, "periodSeconds": 5},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": vocab.ROUTER_CONFIG_VOLUME, "mountPath": vocab.ROUTER_CONFIG_DIR,
+                          "readOnly": True}],
     }
     envoy = {
         "name": "envoy",
         "image": rf.LLMD_ENVOY_IMAGE,
-        "command": [*rf.LLMD_ENVOY_COMMAND, "--config-path", f"{CONFIG_DIR}/envoy.yaml", "--log-level", "warn",
+        "command": [*rf.LLMD_ENVOY_COMMAND, "--config-path", f"{vocab.ROUTER_CONFIG_DIR}/envoy.yaml",
+                    "--log-level", "warn",
                     "--drain-strategy", "immediate", "--drain-time-s", "60"],
-        "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": ROUTER_PORT, "protocol": "TCP"},
+        "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": vocab.ROUTER_PORT, "protocol": "TCP"},
                   {"name": "ready", "containerPort": rf.LLMD_ENVOY_READY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": rf.LLMD_ENVOY_READY_PATH, "port": rf.LLMD_ENVOY_READY_PORT},
                            "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": rf.LLMD_ENVOY_READY_PATH, "port": rf.LLMD_ENVOY_READY_PORT},
                           "periodSeconds": 10},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": vocab.ROUTER_CONFIG_VOLUME, "mountPath": vocab.ROUTER_CONFIG_DIR,
+                          "readOnly": True}],
     }
     documents = {
-        "epp-config.yaml": _yaml(llmd_epp_config(ctx)),
-        "envoy.yaml": _yaml(llmd_envoy_bootstrap(ctx)),
+        "epp-config.yaml": _json_text(llmd_epp_config(ctx)),
+        "envoy.yaml": _json_text(llmd_envoy_bootstrap(ctx)),
     }
     rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     if router.replicas > 1:
@@ -277,7 +277,7 @@ def _rust_router(ctx: DeploymentContext, renders: list[RoleRender], image: str, 
                  ) -> tuple[list[dict], dict[str, str], list]:
     router = ctx.md.spec.router
     assert router is not None
-    args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    args = ["--host", "0.0.0.0", "--port", str(vocab.ROUTER_PORT)]
     discovery = ["--service-discovery", "--service-discovery-namespace", ctx.namespace,
                  "--service-discovery-port", str(_target_port(renders))]
     uses_discovery = True
@@ -294,14 +294,17 @@ def _rust_router(ctx: DeploymentContext, renders: list[RoleRender], image: str, 
     timeout = _timeout(ctx)
     if timeout:
         args += ["--request-timeout-secs", str(timeout)]
-    args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(rf.VLLM_ROUTER_METRICS_PORT)]
+    metrics_port = rf.VLLM_ROUTER_METRICS_PORT if name == vocab.ROUTER_VLLM else rf.SGLANG_GATEWAY_METRICS_PORT
+    args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(metrics_port)]
     container: dict[str, Any] = {
         "name": "router",
         "image": image,
-        "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": ROUTER_PORT, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": rf.VLLM_ROUTER_METRICS_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/readiness", "port": ROUTER_PORT}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/liveness", "port": ROUTER_PORT}, "periodSeconds": 10},
+        "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": vocab.ROUTER_PORT, "protocol": "TCP"},
+                  {"name": vocab.PORT_NAME_METRICS, "containerPort": metrics_port, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": rf.RUST_ROUTER_READINESS_PATH, "port": vocab.ROUTER_PORT},
+                           "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": rf.RUST_ROUTER_LIVENESS_PATH, "port": vocab.ROUTER_PORT},
+                          "periodSeconds": 10},
     }
     if name == vocab.ROUTER_VLLM:
         container["command"] = list(rf.VLLM_ROUTER_COMMAND)
@@ -333,8 +336,8 @@ def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str
     objects: list[dict[str, Any]] = []
     if documents:
         digest = hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(documents.items())).encode()).hexdigest()[:16]
-        pod_annotations[ANNOTATION_CONFIG_HASH] = digest  # a changed document rolls the router Pods
-        volumes.append({"name": "config", "configMap": {"name": name}})
+        pod_annotations[vocab.ANNOTATION_ROUTER_CONFIG_HASH] = digest  # a changed document rolls the router Pods
+        volumes.append({"name": vocab.ROUTER_CONFIG_VOLUME, "configMap": {"name": name}})
         objects.append({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": name, "namespace": ctx.namespace, "labels": meta_labels},
                         "data": documents})
@@ -365,7 +368,7 @@ def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": ctx.namespace, "labels": meta_labels},
         "spec": {"type": "ClusterIP", "selector": selector,
-                 "ports": [{"name": vocab.PORT_NAME_HTTP, "port": ROUTER_PORT, "targetPort": vocab.PORT_NAME_HTTP,
+                 "ports": [{"name": vocab.PORT_NAME_HTTP, "port": vocab.ROUTER_PORT, "targetPort": vocab.PORT_NAME_HTTP,
                             "protocol": "TCP"}]},
     })
     return objects
@@ -390,7 +393,7 @@ def render_router(ctx: DeploymentContext, renders: list[RoleRender], children: d
     else:
         containers, documents, rules = _rust_router(ctx, renders, image, router.name)
     ready = _observed_ready(ctx, children)
-    endpoint = f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{ROUTER_PORT}"
+    endpoint = f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{vocab.ROUTER_PORT}"
     t = vocab.COND_ROUTER_READY
     if ready is None:
         condition = ConditionValue(t, "Unknown", vocab.REASON_NOT_DEPLOYED, f"{router.name} Deployment not observed yet")

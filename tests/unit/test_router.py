@@ -279,3 +279,12 @@ def test_router_readiness_follows_the_observed_deployment():
     ready = condition(result, vocab.COND_ROUTER_READY)
     assert (ready["status"], ready["reason"]) == ("True", vocab.REASON_ROUTER_READY)
     assert result.status["roleSummary"] == "1R0P0D"
+
+
+@pytest.mark.parametrize("engine_name,router,port", [("vLLM", "vllm-router", rf.VLLM_ROUTER_METRICS_PORT),
+                                                     ("SGLang", "sglang-gateway", rf.SGLANG_GATEWAY_METRICS_PORT)])
+def test_rust_router_serves_metrics_on_its_own_port(engine_name, router, port):
+    (deployment,) = by_kind(sync(pair(engine_name, router)), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][container["args"].index("--prometheus-port") + 1] == str(port)
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
