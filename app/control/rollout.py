@@ -148,7 +148,6 @@ def _previous_desired(ctx: DeploymentContext, role: str) -> int:
 
 # Incarnations read back from status are bounded: a forged or corrupt status cannot grow the plan.
 MAX_INCARNATION = 10**9
-MAX_REPLICAS = 1024
 
 
 def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
@@ -158,7 +157,7 @@ def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
             values = entry.get("nextIncarnations")
             if isinstance(values, list):
                 return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INCARNATION else 0
-                        for v in values[:MAX_REPLICAS]]
+                        for v in values[:vocab.MAX_ROLE_REPLICAS]]
     return []
 
 
@@ -166,13 +165,257 @@ def _next_incarnations(previous: list[int], observed: dict[int, obs.ObservedInst
     """Per ordinal: past every incarnation listed now, never below what status carried."""
     out = list(previous)
     for ordinal, inst in observed.items():
-        if ordinal >= MAX_REPLICAS or not inst.pods:
+        if ordinal >= vocab.MAX_ROLE_REPLICAS or not inst.pods:
             continue
         out += [0] * (ordinal + 1 - len(out))
         out[ordinal] = max(out[ordinal], min(inst.incarnation() + 1, MAX_INCARNATION))
     while out and out[-1] == 0:
         out.pop()
     return out
+
+
+# --- the classification ---------------------------------------------------------------------------
+
+
+class Situation(str, Enum):
+    """What one ordinal of a role is in, read from the request alone; each has one rule below."""
+
+    GONE_UNDECLARED = "gone-undeclared"  # beyond the declared replicas, nothing of it reads
+    UNDECLARED = "undeclared"  # beyond the declared replicas, Pods or a Workload remain
+    EMPTY_WITH_WORKLOAD = "empty-with-workload"  # no Pod, but its Workload stands
+    EMPTY = "empty"  # nothing of it reads: it may be filled
+    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing
+    SUPERSEDED = "superseded"  # queued (not admitted) on an obsolete render
+    INCOMPLETE = "incomplete"  # a group not yet admitted lacks a member
+    CURRENT = "current"  # on the current render
+    OBSOLETE = "obsolete"  # admitted on an obsolete render: a turnover candidate
+
+
+def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: dict[str, Any] | None,
+             fingerprint: str, size: int, held: bool) -> Situation:
+    """The rules' order of precedence, as one pure function of what one ordinal reads."""
+    pods = inst.pods if inst is not None else []
+    if not declared:
+        return Situation.UNDECLARED if pods or workload is not None else Situation.GONE_UNDECLARED
+    if inst is None or not pods:
+        return Situation.EMPTY_WITH_WORKLOAD if workload is not None else Situation.EMPTY
+    current = inst.fingerprints() == {fingerprint}
+    admitted = obs.workload_admitted(workload) and not obs.workload_deleting(workload)
+    missing = len(inst.members()) < size
+    # An eviction stops a group that ran; a group evicted while still gated is only requeued.
+    evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
+    if (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
+            or (missing and admitted)):
+        return Situation.DEPARTED
+    if not current and not admitted and not held:
+        return Situation.SUPERSEDED
+    if missing:
+        return Situation.INCOMPLETE
+    return Situation.CURRENT if current else Situation.OBSOLETE
+
+
+# --- one pass over a role -------------------------------------------------------------------------
+
+
+@dataclass
+class _RolePass:
+    """What every rule of one role's pass may read, and the plan it writes."""
+
+    ctx: DeploymentContext
+    render: RoleRender
+    observed: dict[int, obs.ObservedInstance]
+    finalizing: bool
+    plan: RolePlan
+    previous_desired: int
+    admission_gate: bool = False
+    not_serving: set[int] = field(default_factory=set)
+    ready_turnover_taken: bool = False
+
+    @property
+    def role(self) -> Any:
+        return self.render.role
+
+    def group(self, ordinal: int) -> str:
+        return names.pod_group(self.ctx.namespace, self.ctx.name, self.role.name, ordinal)
+
+    def workload(self, ordinal: int) -> dict[str, Any] | None:
+        return self.ctx.world.workload(self.ctx.namespace, self.group(ordinal))
+
+    def next_incarnation(self, ordinal: int) -> int:
+        values = self.plan.next_incarnations
+        return values[ordinal] if ordinal < len(values) else 0
+
+    def event(self, reason: str, ordinal: int, key: str, what: str) -> None:
+        self.plan.intents.append(_event(self.ctx, reason, self.role.name, ordinal, key, what))
+
+    def delete_workload(self, ordinal: int, workload: dict[str, Any] | None, why: str) -> None:
+        self.plan.intents += _delete_workload(self.ctx, self.group(ordinal), workload, why)
+
+
+def _admitted_and_whole(p: _RolePass, ordinal: int) -> bool:
+    """The cadence guard's test of one declared replica: every member there, admitted, not leaving."""
+    inst = p.observed.get(ordinal)
+    workload = p.workload(ordinal)
+    return (inst is not None and len(inst.pods) == p.role.size and len(inst.members()) == p.role.size
+            and not inst.terminating and not inst.finished and obs.workload_admitted(workload)
+            and not obs.workload_evicted(workload) and not obs.workload_deleting(workload))
+
+
+def _serving(p: _RolePass, ordinal: int) -> bool:
+    inst = p.observed.get(ordinal)
+    return inst is not None and inst.ready(p.role.size)
+
+
+def may_turn_over(*, serving: bool, held: bool, admission_gate: bool, others_not_serving: bool,
+                  ready_turnover_taken: bool) -> bool:
+    """The rollout gates (SPEC §9). A replica that serves nothing goes at once (unless new replicas
+    are held); a Ready one only while every declared replica holds an admitted Workload (the
+    admission gate), every other one is Ready (the availability gate), and no other Ready replica
+    of the role turned over this pass."""
+    if not serving:
+        return not held
+    return admission_gate and not others_not_serving and not ready_turnover_taken
+
+
+# --- the rules, one per situation -----------------------------------------------------------------
+
+
+def _gone_undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+                     workload: dict[str, Any] | None) -> None:
+    p.plan.ordinals.remove(entry)  # nothing of this ordinal reads on the API server
+    if p.role.replicas <= entry.ordinal < p.previous_desired:
+        # The first pass after a scale-down: its Workload may stand unseen. Deleted by name, once
+        # (the status this pass writes no longer declares the ordinal).
+        p.plan.intents.append(DeleteWorkload(p.ctx.namespace, p.group(entry.ordinal), "scale-down"))
+
+
+def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+                workload: dict[str, Any] | None) -> None:
+    """Scale-down (or deletion) sheds it: Pods omitted, Workload deleted, ReplicaLeaving."""
+    entry.action = Action.SHED
+    _let_go(entry)
+    # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
+    p.plan.intents.append(DeleteWorkload(p.ctx.namespace, p.group(entry.ordinal),
+                                         "deployment deleted" if p.finalizing else "scale-down"))
+    if inst is None or not inst.ran or p.finalizing:
+        return
+    if inst.live:
+        p.event(vocab.EVENT_REPLICA_LEAVING, entry.ordinal, inst.occurrence_key(), "is leaving: the role was scaled down")
+    elif inst.held_by_kueue:
+        # It had departed already (evicted, a Pod deleted) and nothing acted on it yet (its Workload
+        # still holds the Pods): say so, under the name a departure pass would use.
+        p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
+
+
+def _empty_with_workload(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+                         workload: dict[str, Any] | None) -> None:
+    """A Workload standing for an empty ordinal holds quota for Pods that are gone (removed by
+    force, or before any pass saw them): free it, then refill the ordinal."""
+    assert workload is not None
+    entry.action = Action.REBUILD
+    entry.up_to_date = True
+    entry.note = "waiting for the departed replica's Workload to be deleted"
+    _let_go(entry)
+    key = f"workload:{obs.workload_uid(workload)}"
+    if obs.workload_deleting(workload) or not obs.workload_ran(workload):
+        pass  # already being deleted (whoever deleted it decided), or it never served
+    elif obs.workload_evicted_while_running(workload):
+        p.event(vocab.EVENT_REPLICA_EVICTED, entry.ordinal, key, "was evicted by Kueue and is rebuilt")
+    else:
+        p.event(vocab.EVENT_REPLICA_RESTARTED, entry.ordinal, key, "lost its Pods and is rebuilt")
+    p.delete_workload(entry.ordinal, workload, "departed replica")
+
+
+def _empty(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+           workload: dict[str, Any] | None) -> None:
+    """Scale-up is immediate, a departed ordinal is refilled: unless new replicas are held."""
+    entry.up_to_date = True  # nothing obsolete runs here; a hold is reported on its own
+    if p.render.hold is not None:
+        entry.action = Action.WAIT
+        entry.note = p.render.hold
+        return
+    entry.action = Action.CREATE
+    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, p.next_incarnation(entry.ordinal))
+
+
+def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+              workload: dict[str, Any] | None) -> None:
+    """The instance is rebuilt whole: Pods omitted, Workload deleted, one departure event."""
+    assert inst is not None
+    entry.action = Action.REBUILD
+    _let_go(entry)
+    if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
+        p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
+    p.delete_workload(entry.ordinal, workload, "departed replica")
+
+
+def _superseded(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+                workload: dict[str, Any] | None) -> None:
+    """Queued on an obsolete render: superseded at once, so the obsolete render is never admitted."""
+    entry.action = Action.SUPERSEDE
+    _let_go(entry)
+    p.delete_workload(entry.ordinal, workload, "superseded by a newer render")
+
+
+def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+                workload: dict[str, Any] | None) -> None:
+    """A group not yet admitted lacks a member (a create that failed): complete it on the render it
+    was started with; never mix renders in one group."""
+    assert inst is not None
+    entry.incomplete = True
+    wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation())
+    have = inst.members()
+    if entry.up_to_date:
+        entry.pods = [pod for member, pod in enumerate(wanted) if member in have]
+    else:
+        entry.pods = [_kept(pod) for pod in inst.pods]
+    adding = entry.up_to_date and p.render.hold is None
+    if adding:
+        entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
+    entry.action = Action.CREATE if adding else Action.KEEP
+
+
+def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+             workload: dict[str, Any] | None) -> None:
+    """On the current render: returned exactly as rendered (byte-identical to what was created)."""
+    assert inst is not None
+    entry.action = Action.KEEP
+    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation())
+    entry.ready = inst.ready(p.role.size)
+
+
+def _obsolete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+              workload: dict[str, Any] | None) -> None:
+    """A turnover candidate: replaced when the gates allow, else kept as it is."""
+    assert inst is not None
+    serving = inst.ready(p.role.size)
+    turn_over = may_turn_over(serving=serving, held=p.render.hold is not None, admission_gate=p.admission_gate,
+                              others_not_serving=bool(p.not_serving - {entry.ordinal}),
+                              ready_turnover_taken=p.ready_turnover_taken)
+    if not turn_over:
+        entry.action = Action.KEEP
+        entry.pods = [_kept(pod) for pod in inst.pods]
+        entry.ready = serving
+        return
+    p.ready_turnover_taken = p.ready_turnover_taken or serving
+    entry.action = Action.REPLACE
+    _let_go(entry)
+    p.event(vocab.EVENT_REPLICA_RESTARTED, entry.ordinal, inst.occurrence_key(),
+            "is restarted to roll out a changed render")
+    p.delete_workload(entry.ordinal, workload, "rollout")
+
+
+RULES = {
+    Situation.GONE_UNDECLARED: _gone_undeclared,
+    Situation.UNDECLARED: _undeclared,
+    Situation.EMPTY_WITH_WORKLOAD: _empty_with_workload,
+    Situation.EMPTY: _empty,
+    Situation.DEPARTED: _departed,
+    Situation.SUPERSEDED: _superseded,
+    Situation.INCOMPLETE: _incomplete,
+    Situation.CURRENT: _current,
+    Situation.OBSOLETE: _obsolete,
+}
 
 
 def plan_role(
@@ -182,160 +425,27 @@ def plan_role(
     *,
     finalizing: bool = False,
 ) -> RolePlan:
+    """Classify every ordinal the role has or had, and apply that situation's rule."""
     role = render.role
     replicas = 0 if finalizing else role.replicas
     plan = RolePlan(role.name, hold=render.hold)
     plan.next_incarnations = _next_incarnations(_previous_incarnations(ctx, role.name), observed)
-
-    def next_incarnation(ordinal: int) -> int:
-        return plan.next_incarnations[ordinal] if ordinal < len(plan.next_incarnations) else 0
+    p = _RolePass(ctx, render, observed, finalizing, plan, previous_desired=_previous_desired(ctx, role.name))
+    p.admission_gate = render.hold is None and all(_admitted_and_whole(p, o) for o in range(replicas))
+    p.not_serving = {o for o in range(replicas) if not _serving(p, o)}
     # Ordinals the last status declared are looked at too: after a scale-down, customize no longer
     # lists their Workloads, and one may stand without Pods (its Pods removed by force).
-    previous = _previous_desired(ctx, role.name)
-    ordinals = sorted(set(range(max(role.replicas, previous))) | set(observed))
-
-    def workload_of(ordinal: int) -> tuple[str, dict[str, Any] | None]:
-        group = names.pod_group(ctx.namespace, ctx.name, role.name, ordinal)
-        return group, ctx.world.workload(ctx.namespace, group)
-
-    # The cadence guard: a turnover starts only while every declared replica holds an admitted Workload.
-    def healthy(ordinal: int) -> bool:
+    for ordinal in sorted(set(range(max(role.replicas, p.previous_desired))) | set(observed)):
+        workload = p.workload(ordinal)
         inst = observed.get(ordinal)
-        _, workload = workload_of(ordinal)
-        return (inst is not None and len(inst.pods) == role.size and len(inst.members()) == role.size
-                and not inst.terminating and not inst.finished and obs.workload_admitted(workload)
-                and not obs.workload_evicted(workload) and not obs.workload_deleting(workload))
-
-    def serving(ordinal: int) -> bool:
-        inst = observed.get(ordinal)
-        return inst is not None and inst.ready(role.size)
-
-    # The admission gate (every declared replica admitted) and, for a Ready replica, the availability
-    # gate (every other declared replica Ready); `ready_turnover_taken` keeps it to one per pass.
-    admission_gate = render.hold is None and all(healthy(o) for o in range(replicas))
-    not_serving = {o for o in range(replicas) if not serving(o)}
-    ready_turnover_taken = False
-
-    for ordinal in ordinals:
-        group, workload = workload_of(ordinal)
-        inst = observed.get(ordinal)
-        pods = inst.pods if inst is not None else []
         entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
                             reserved=obs.workload_reserved(workload), has_workload=workload is not None)
         if obs.workload_deleting(workload):
             _let_go(entry)
+        if inst is not None and inst.pods:
+            entry.up_to_date = inst.fingerprints() == {render.fingerprint}
         plan.ordinals.append(entry)
-
-        if ordinal >= replicas:
-            if not pods and workload is None:
-                plan.ordinals.pop()  # nothing of this ordinal reads on the API server
-                if ordinal >= role.replicas and ordinal < previous:
-                    # The first pass after a scale-down: its Workload may stand unseen. Deleted by
-                    # name, once (the status this pass writes no longer declares the ordinal).
-                    plan.intents.append(DeleteWorkload(ctx.namespace, group, "scale-down"))
-                continue
-            entry.action = Action.SHED
-            _let_go(entry)
-            # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
-            plan.intents.append(DeleteWorkload(ctx.namespace, group, "deployment deleted" if finalizing else "scale-down"))
-            if inst is not None and inst.ran and not finalizing:
-                if inst.live:
-                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_LEAVING, role.name, ordinal,
-                                               inst.occurrence_key(), "is leaving: the role was scaled down"))
-                elif inst.held_by_kueue:
-                    # It had departed already (evicted, a Pod deleted) and nothing acted on it yet (its
-                    # Workload still holds the Pods): say so, under the name a departure pass would use.
-                    plan.intents.append(_departure_event(ctx, role.name, ordinal, inst, workload))
-            continue
-
-        if not pods:
-            if workload is not None:
-                # A Workload standing for an empty ordinal holds quota for Pods that are gone (removed
-                # by force, or before any pass saw them): free it, then refill the ordinal.
-                entry.action = Action.REBUILD
-                entry.up_to_date = True
-                entry.note = "waiting for the departed replica's Workload to be deleted"
-                _let_go(entry)
-                key = f"workload:{obs.workload_uid(workload)}"
-                if obs.workload_deleting(workload) or not obs.workload_ran(workload):
-                    pass  # already being deleted (whoever deleted it decided), or it never served
-                elif obs.workload_evicted_while_running(workload):
-                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_EVICTED, role.name, ordinal, key,
-                                               "was evicted by Kueue and is rebuilt"))
-                else:
-                    plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, key,
-                                               "lost its Pods and is rebuilt"))
-                plan.intents += _delete_workload(ctx, group, workload, "departed replica")
-            elif render.hold is not None:
-                entry.action = Action.WAIT
-                entry.up_to_date = True  # nothing obsolete runs here; the hold is reported on its own
-                entry.note = render.hold
-            else:
-                entry.action = Action.CREATE
-                entry.pods = instance_pods(ctx, render, ordinal, next_incarnation(ordinal))
-                entry.up_to_date = True
-            continue
-
-        assert inst is not None
-        current = inst.fingerprints() == {render.fingerprint}
-        entry.up_to_date = current
-        # An eviction stops a group that ran; a group evicted while still gated is only requeued.
-        evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
-        missing = len(inst.members()) < role.size
-        departed = (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
-                    or (missing and entry.admitted))
-        if departed:
-            entry.action = Action.REBUILD
-            _let_go(entry)
-            if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
-                plan.intents.append(_departure_event(ctx, role.name, ordinal, inst, workload))
-            plan.intents += _delete_workload(ctx, group, workload, "departed replica")
-            continue
-
-        if not current and not entry.admitted and render.hold is None:
-            # Queued on an obsolete render: superseded at once, so the obsolete render is never admitted.
-            entry.action = Action.SUPERSEDE
-            _let_go(entry)
-            plan.intents += _delete_workload(ctx, group, workload, "superseded by a newer render")
-            continue
-
-        if missing:
-            # A group not yet admitted that lacks a member (a create that failed): complete it on the
-            # render it was started with; never mix renders in one group.
-            entry.incomplete = True
-            wanted = instance_pods(ctx, render, ordinal, inst.incarnation())
-            have = inst.members()
-            if current:
-                entry.pods = [pod for member, pod in enumerate(wanted) if member in have]
-            else:
-                entry.pods = [_kept(p) for p in inst.pods]
-            adding = current and render.hold is None
-            if adding:
-                entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
-            entry.action = Action.CREATE if adding else Action.KEEP
-            continue
-
-        if current:
-            entry.action = Action.KEEP
-            entry.pods = instance_pods(ctx, render, ordinal, inst.incarnation())
-            entry.ready = inst.ready(role.size)
-            continue
-
-        is_serving = inst.ready(role.size)
-        if is_serving:
-            turn_over = admission_gate and not ready_turnover_taken and not (not_serving - {ordinal})
-            ready_turnover_taken = ready_turnover_taken or turn_over
-        else:
-            turn_over = render.hold is None  # it serves nothing: replacing it loses nothing
-        if turn_over:
-            entry.action = Action.REPLACE
-            _let_go(entry)
-            plan.intents.append(_event(ctx, vocab.EVENT_REPLICA_RESTARTED, role.name, ordinal, inst.occurrence_key(),
-                                       "is restarted to roll out a changed render"))
-            plan.intents += _delete_workload(ctx, group, workload, "rollout")
-            continue
-
-        entry.action = Action.KEEP
-        entry.pods = [_kept(p) for p in inst.pods]
-        entry.ready = inst.ready(role.size)
+        situation = classify(declared=ordinal < replicas, inst=inst, workload=workload,
+                             fingerprint=render.fingerprint, size=role.size, held=render.hold is not None)
+        RULES[situation](p, entry, inst, workload)
     return plan
