@@ -8,6 +8,7 @@ are the freshest (the Grafana dashboard keeps only those; docs/operations.md).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -64,6 +65,23 @@ JOINT_RELEASES = Counter(
 
 # The role series each deployment has, to remove them when it goes (or a role does).
 _roles: dict[tuple[str, str], set[str]] = {}
+# Deployments with series, least recently synced first. The hooks port answers anyone who can reach
+# it, and a pass that writes nothing confirms nothing with the API server, so a flood of made-up
+# parents must not grow the registry without bound: past the cap the stalest deployment's series go.
+MAX_TRACKED_DEPLOYMENTS = 10_000
+_tracked: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+
+def _track(namespace: str, name: str) -> None:
+    _tracked[(namespace, name)] = None
+    _tracked.move_to_end((namespace, name))
+    while len(_tracked) > MAX_TRACKED_DEPLOYMENTS:
+        stale_namespace, stale_name = _tracked.popitem(last=False)[0]
+        forget(stale_namespace, stale_name)
+        for metric in (ADMISSION_WAIT, JOINT_RELEASES):
+            _remove(metric, stale_namespace, stale_name)
+        for reason in ("retryable", "spec"):
+            _remove(RENDER_FAILURES, stale_namespace, stale_name, reason)
 
 
 def _seconds(timestamp: str) -> float:
@@ -85,7 +103,9 @@ def observe_sync(parent: dict[str, Any], status: dict[str, Any], intents: list[A
     namespace, name = _key(parent)
     if finalized:
         forget(namespace, name)
+        _tracked.pop((namespace, name), None)
         return
+    _track(namespace, name)
     phase = status.get("phase")
     for each in PHASES:
         PHASE.labels(namespace, name, each).set(1 if each == phase else 0)
@@ -113,6 +133,7 @@ def observe_sync(parent: dict[str, Any], status: dict[str, Any], intents: list[A
 
 def observe_render_failure(parent: dict[str, Any], resolves_later: bool) -> None:
     namespace, name = _key(parent)
+    _track(namespace, name)
     RENDER_FAILURES.labels(namespace, name, "retryable" if resolves_later else "spec").inc()
 
 
@@ -127,7 +148,7 @@ def forget(namespace: str, name: str) -> None:
     _remove(LAST_SYNC, namespace, name)
 
 
-def _remove(metric: Gauge, *labels: str) -> None:
+def _remove(metric: Any, *labels: str) -> None:
     try:
         metric.remove(*labels)
     except KeyError:

@@ -165,3 +165,21 @@ def test_the_level_from_settings_silences_info():
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and all(" WARNING " in line or " ERROR " in line for line in lines), lines
     assert any("render failed" in line for line in lines)
+
+
+def test_made_up_parents_cannot_grow_the_metrics_without_bound(monkeypatch):
+    """The hooks port answers anyone who can reach it: past the cap, the stalest deployment's
+    series go (a flood of forged parents costs bounded memory)."""
+    from app.web import metrics as m
+
+    monkeypatch.setattr(m, "MAX_TRACKED_DEPLOYMENTS", 3)
+    monkeypatch.setattr(m, "_tracked", m.OrderedDict())
+    status = {"phase": "Ready", "roles": [{"name": "server", "desired": 1, "ready": 1, "quotaReserved": 1}]}
+    for i in range(5):
+        m.observe_sync({"metadata": {"namespace": "flood", "name": f"fake-{i}"}}, status, [], None,
+                       "2026-11-30T00:00:00Z")
+    names = {s.labels["name"] for s in m.PHASE.collect()[0].samples if s.labels["namespace"] == "flood"}
+    assert names == {"fake-2", "fake-3", "fake-4"}
+    assert list(m._tracked) == [("flood", "fake-2"), ("flood", "fake-3"), ("flood", "fake-4")]
+    for i in range(2, 5):  # leave the registry as it was
+        m.forget("flood", f"fake-{i}")
