@@ -47,7 +47,7 @@ def test_minimal_example_renders_four_pods_and_the_role_service():
         assert vocab.ANNOTATION_KUEUE_FAST_ADMISSION not in annotations
         assert pod["metadata"]["name"].startswith(f"qwen-chat-server-r{ordinal}-")
         container = engine(pod)
-        assert container["image"] == "gpustack/runner:cuda12.9-vllm0.29.0"
+        assert container["image"] == "gpustack/runner:cuda12.9-vllm0.33.0"
         assert container["command"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
         assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
         assert container["resources"]["requests"] == container["resources"]["limits"]
