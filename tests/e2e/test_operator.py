@@ -362,7 +362,7 @@ def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(
         poke()
         mc_log = op.cp.log_paths()["metacontroller"].read_text(errors="replace")
         assert f"127.0.0.1:{op.hooks_port}" in mc_log and "connection refused" in mc_log
-        op.wait("a sync answered after the outage", lambda: "/hooks/sync" in _read_from(operator_log, restarted_at), 60)
+        op.wait("a sync answered after the outage", lambda: "sync team-a/outage" in _read_from(operator_log, restarted_at), 60)
         assert {p["metadata"]["uid"] for p in serving(op, "outage")} == pods
         assert {s["metadata"]["uid"] for s in op.get("services", "-n", NAMESPACE,
                                                      "-l", "app.kubernetes.io/instance=outage")["items"]} == services
