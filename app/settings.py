@@ -8,7 +8,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app import vocab
-from app.render.context import RenderOptions
+from app.model.context import RenderOptions
 
 
 class Settings(BaseSettings):

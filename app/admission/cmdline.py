@@ -23,7 +23,7 @@ from app.engines import argv as engine_argv
 from app.engines import owned
 from app.engines.common import kv_events_rendered
 from app.engines.registry import KV_CACHE_DTYPE_FLAG, engine_for, flags_for
-from app.render.context import DeploymentContext, RenderOptions, build_context
+from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render.pod import ROUTING_PROXY_ENGINE_PORT, routing_proxy_rendered
 from app.world import World
 

@@ -19,13 +19,13 @@ from app import quantity, vocab
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
 from app.api.v1 import Role
-from app.engines import router_flags
-from app.engines.registry import ENGINES
-from app.engines.common import leg_protocol, on_ascend, transfer_leg_rendered
 from app.control import bounds
+from app.engines import router_flags
+from app.engines.common import leg_protocol, on_ascend, transfer_leg_rendered
+from app.engines.registry import ENGINES
+from app.model.context import RenderOptions, backend_protocols, build_context
 from app.render import names, tenant
 from app.render.pod import role_ports, routing_proxy_rendered
-from app.render.context import RenderOptions, backend_protocols, build_context
 from app.world import World
 
 MAX_ROLES = 10

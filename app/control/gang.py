@@ -40,8 +40,8 @@ from app import vocab
 from app.control import observed as obs
 from app.control.intents import SetAdmissionCheck
 from app.control.rollout import Action, OrdinalPlan, RolePlan
+from app.model.context import DeploymentContext
 from app.render import names
-from app.render.context import DeploymentContext
 
 PENDING, READY, RETRY = "Pending", "Ready", "Retry"
 # The plan deletes these replicas' Workloads in the same pass: nothing is written on them.

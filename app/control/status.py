@@ -11,8 +11,8 @@ from typing import Any
 
 from app import vocab
 from app.control.rollout import Action, RolePlan
+from app.model.context import DeploymentContext
 from app.render import names
-from app.render.context import DeploymentContext
 from app.render.pod import RoleRender
 
 

@@ -18,8 +18,8 @@ from app.control import bounds
 from app.control.bounds import too_many_pods
 from app.control.intents import DeleteWorkload, Intent, RecordEvent
 from app.control.rollout import Action, RolePlan, plan_role
+from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names
-from app.render.context import DeploymentContext, RenderOptions, build_context
 from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
 from app.render.router import RouterRender, needs_instance_services, render_router
 from app.world import World

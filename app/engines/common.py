@@ -8,7 +8,7 @@ from typing import Any
 
 from app import vocab
 from app.api.v1 import Role
-from app.render.context import STORE_PROTOCOL, DeploymentContext
+from app.model.context import STORE_PROTOCOL, DeploymentContext
 
 # The store connector's kv_role (SPEC §6): a prefiller both saves to the store and loads the
 # prefixes the pool already holds, so it is kv_both like a Server; a decoder only loads.

@@ -20,7 +20,7 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
-from app.render.context import DeploymentContext
+from app.model.context import DeploymentContext
 
 DISAGGREGATION_MODE = {vocab.ROLE_KIND_PREFILL: "prefill", vocab.ROLE_KIND_DECODE: "decode"}
 

@@ -21,7 +21,7 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
-from app.render.context import DeploymentContext
+from app.model.context import DeploymentContext
 
 STORE_CONNECTOR = "MooncakeStoreConnector"
 DIRECT_CONNECTOR = "MooncakeConnector"

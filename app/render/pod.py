@@ -18,8 +18,8 @@ from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import sglang, vllm
 from app.engines.common import EngineRender, cache_rendered, kv_events_rendered, role_protocols
+from app.model.context import DeploymentContext
 from app.render import labels, names, tenant
-from app.render.context import DeploymentContext
 from app.render.image import ImageChoice, ImageError, role_image
 from app.render.resources import ResourceError, pod_resources
 

@@ -27,8 +27,8 @@ import orjson
 from app import vocab
 from app.control.status import ConditionValue
 from app.engines import router_flags as rf
+from app.model.context import DeploymentContext
 from app.render import labels, names
-from app.render.context import DeploymentContext
 from app.render.pod import RoleRender
 
 

@@ -12,7 +12,7 @@ import copy
 import json
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -295,15 +295,26 @@ def test_a_new_binding_on_a_mixed_backend_is_refused_from_live_objects(op: Opera
 # --- what only the real Metacontroller shows -------------------------------------------------
 
 
-def test_a_three_replica_image_edit_keeps_two_replicas_ready_at_every_observation(op: Operator):
-    md = small("avail", replicas=3)
+def roll_three_replicas(op: Operator, name: str, after_first_turnover: Callable[[], None] | None = None) -> ReadyWatch:
+    """Three serving replicas, an image edit rolled to completion while Ready replicas are counted
+    at every observation; `after_first_turnover` runs once the first new Pod exists."""
+    md = small(name, replicas=3)
     apply(op, md)
+    op.wait("3 replicas serving", lambda: len(serving(op, name)) == 3, 180)
+    with ReadyWatch(op, name) as watch:
+        md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
+        apply(op, md)
+        if after_first_turnover is not None:
+            op.wait("the first replica turned over", lambda: any(
+                p["spec"]["containers"][0]["image"] == "registry.local/vllm:v2" for p in op.pods(name)), 120, 0.3)
+            after_first_turnover()
+        op.wait("rollout finished", lambda: rolled_to(op, name, "registry.local/vllm:v2", 3), 300)
+    return watch
+
+
+def test_a_three_replica_image_edit_keeps_two_replicas_ready_at_every_observation(op: Operator):
     try:
-        op.wait("3 replicas serving", lambda: len(serving(op, "avail")) == 3, 180)
-        with ReadyWatch(op, "avail") as watch:
-            md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
-            apply(op, md)
-            op.wait("rollout finished", lambda: rolled_to(op, "avail", "registry.local/vllm:v2", 3), 300)
+        watch = roll_three_replicas(op, "avail")
         assert watch.observations > 10 and watch.fewest is not None and watch.fewest >= 2, vars(watch)
         op.wait("phase Ready", lambda: phase(op, "avail") == "Ready", 60)
     finally:
@@ -311,17 +322,8 @@ def test_a_three_replica_image_edit_keeps_two_replicas_ready_at_every_observatio
 
 
 def test_metacontroller_restarted_mid_rollout_completes_it_with_the_invariant_held(op: Operator):
-    md = small("mcrestart", replicas=3)
-    apply(op, md)
     try:
-        op.wait("3 replicas serving", lambda: len(serving(op, "mcrestart")) == 3, 180)
-        with ReadyWatch(op, "mcrestart") as watch:
-            md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
-            apply(op, md)
-            op.wait("the first replica turned over", lambda: any(
-                p["spec"]["containers"][0]["image"] == "registry.local/vllm:v2" for p in op.pods("mcrestart")), 120, 0.3)
-            op.restart_metacontroller()
-            op.wait("rollout finished", lambda: rolled_to(op, "mcrestart", "registry.local/vllm:v2", 3), 300)
+        watch = roll_three_replicas(op, "mcrestart", after_first_turnover=op.restart_metacontroller)
         assert watch.fewest is not None and watch.fewest >= 2, vars(watch)
     finally:
         delete(op, "mcrestart")

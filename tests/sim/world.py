@@ -50,8 +50,8 @@ from app import vocab
 from app.api.hooks import HookRequest
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.control.sync import SyncFailed, SyncResult, SyncSettings, customize, parse_parent, reconcile
+from app.model.context import build_context
 from app.render import names
-from app.render.context import build_context
 from app.render.pod import RenderError, render_role
 from app.world import World, load_yaml_objects
 

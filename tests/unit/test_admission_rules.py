@@ -623,7 +623,7 @@ def test_a_malformed_backend_is_named_malformed_and_why() -> None:
 
 def test_a_malformed_backend_holds_replicas_with_the_reason() -> None:
     from app.api.v1 import ModelDeployment
-    from app.render.context import resolve_attachment
+    from app.model.context import resolve_attachment
 
     md = ModelDeployment.model_validate(cached(server(), "team-a-broken"))
     attachment = resolve_attachment(md, WORLD)

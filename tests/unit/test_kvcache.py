@@ -13,7 +13,7 @@ from app import vocab
 from app.admission.validate import validate
 from app.control.sync import SyncSettings
 from app.engines import argv as engine_argv
-from app.render.context import RenderOptions
+from app.model.context import RenderOptions
 from app.world import World
 from tests.conftest import world_objects
 from tests.helpers import condition, engine, env_of, parent, pods, running, sync, workload

@@ -17,8 +17,8 @@ from app.api.v1 import ModelDeployment
 from app.control import gang
 from app.control import observed as obs
 from app.control.rollout import Action, OrdinalPlan, RolePlan, Situation, _next_incarnations, classify, may_turn_over
+from app.model.context import RenderOptions, build_context
 from app.render import names
-from app.render.context import RenderOptions, build_context
 from app.world import World, related_map
 from tests.conftest import example, world_objects
 
