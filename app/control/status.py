@@ -6,22 +6,14 @@ parent's observed status, so a sync that changes nothing writes byte-identical s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from app import vocab
 from app.control.rollout import Action, RolePlan
+from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
 from app.render import names
 from app.render.pod import RoleRender
-
-
-@dataclass(frozen=True)
-class ConditionValue:
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 def _cond(type_: str, status: str, reason: str, message: str) -> ConditionValue:

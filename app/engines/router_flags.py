@@ -61,7 +61,7 @@ def _launcher_flags(file_name: str) -> frozenset[str]:
 # ------------------------------------------------------------------------------------------
 
 LLMD_EPP_IMAGE: Final = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
-LLMD_SIDECAR_IMAGE: Final = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"
+# The P/D routing sidecar's image is an operator setting's default: vocab.DEFAULT_ROUTING_SIDECAR_IMAGE.
 # The EPP is an Envoy ext_proc server, not an HTTP proxy: "standalone mode" runs Envoy in the
 # same Pod (config/charts/llm-d-router-standalone/values.yaml preset).
 LLMD_ENVOY_IMAGE: Final = "docker.io/envoyproxy/envoy:distroless-v1.33.2"

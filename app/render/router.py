@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from app import vocab
-from app.control.status import ConditionValue
 from app.engines import router_flags as rf
+from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
 from app.render import labels, names
 from app.render.pod import RoleRender
