@@ -45,16 +45,20 @@ def run(log: Callable[[str], None], work: Path, scale: float = 1.0) -> dict[str,
     status, answer = asyncio.run(asgi.call(asgi.server_app(), "/hooks/sync", body))
     if status != 200:
         raise RuntimeError(f"typical sync answered {status}")
-    rounds: dict[str, list[dict[str, Any]]] = {"trivial": [], "floor": [], "sync": []}
-    paths = {"trivial": "/bench/trivial", "floor": "/bench/floor", "sync": "/hooks/sync"}
+    # "floor_h11": the JSON floor endpoint on the stack `serve` ran before uvloop and httptools
+    # (asyncio's loop, h11), in the same rounds, from a second server process.
+    rounds: dict[str, list[dict[str, Any]]] = {"trivial": [], "floor": [], "sync": [], "floor_h11": []}
+    paths = {"trivial": "/bench/trivial", "floor": "/bench/floor", "sync": "/hooks/sync", "floor_h11": "/bench/floor"}
     answer_file = work / "typical-answer.json"
     answer_file.write_bytes(answer)
     with load.server(len(answer), work / "throughput-server.log",
-                     extra_args=("--floor-response", str(answer_file))) as port:
+                     extra_args=("--floor-response", str(answer_file))) as port, \
+            load.server(len(answer), work / "throughput-server-h11.log",
+                        extra_args=("--floor-response", str(answer_file), "--stack", "h11-asyncio")) as port_h11:
         for _ in range(ROUNDS):
-            for name in ("trivial", "floor", "sync"):
+            for name in ("trivial", "floor", "sync", "floor_h11"):
                 raw = load.http_request(paths[name], body)
-                result = asyncio.run(load.drive(port, raw, connections=CONNECTIONS,
+                result = asyncio.run(load.drive(port_h11 if name == "floor_h11" else port, raw, connections=CONNECTIONS,
                                                 requests=int(MAX_REQUESTS * scale), seconds=MAX_SECONDS * scale,
                                                 warmup=10))
                 if set(result.statuses) != {200} or result.response_bytes != len(answer):
@@ -66,4 +70,6 @@ def run(log: Callable[[str], None], work: Path, scale: float = 1.0) -> dict[str,
     return {"deployment": TYPICAL, "request_bytes": len(body), "response_bytes": len(answer),
             "connections": CONNECTIONS, "rounds": rounds, "trivial": best["trivial"], "floor": best["floor"],
             "sync": best["sync"], "ratio": best["sync"]["rps"] / best["trivial"]["rps"],
-            "floor_ratio": best["floor"]["rps"] / best["trivial"]["rps"]}
+            "floor_ratio": best["floor"]["rps"] / best["trivial"]["rps"], "floor_h11": best["floor_h11"],
+            "sync_floor_ratio": best["sync"]["rps"] / best["floor"]["rps"],
+            "floor_gain": best["floor"]["rps"] / best["floor_h11"]["rps"]}
