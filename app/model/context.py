@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app import vocab
-from app.engines import router_flags as rf
 from app.api.cluster import KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact, ReuseDomain
 from app.api.v1 import ModelDeployment
 from app.world import World
@@ -34,7 +33,7 @@ class RenderOptions:
     kv_cache_dtype_owned: bool = True
     # Empty: each router's own default image (app.engines.router_flags); spec.router.image wins.
     router_image: str = ""
-    routing_sidecar_image: str = rf.LLMD_SIDECAR_IMAGE
+    routing_sidecar_image: str = vocab.DEFAULT_ROUTING_SIDECAR_IMAGE
 
 
 @dataclass(frozen=True)
