@@ -1,0 +1,100 @@
+"""The package's layers (docs/architecture.md, "Layers"): no module imports a module of a layer
+above its own. Read from the source with `ast`, so an import inside a function or under
+TYPE_CHECKING counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+APP = Path(__file__).resolve().parents[2] / "app"
+
+# Bottom first. A module belongs to the first entry naming it or a package above it; imports within
+# one layer are free, imports of a higher layer are not.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaf utilities", ("app.vocab", "app.quantity", "app.logs")),
+    ("api", ("app.api",)),
+    ("world", ("app.world",)),
+    ("model", ("app.model",)),
+    ("engines", ("app.engines",)),
+    ("render", ("app.render",)),
+    ("control", ("app.control",)),
+    ("admission/kube", ("app.admission", "app.kube", "app.settings")),
+    ("web", ("app.web",)),
+    ("entry points", ("app.cli", "app.main")),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(APP.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(APP.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The app modules `module` imports (`from app.render import names` is app.render.names)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "app")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base.split(".")[0] != "app":
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+    return out
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [m for m in modules() if m != "app" and layer_of(m) is None]
+    assert not unplaced, f"add these modules to LAYERS (and docs/architecture.md): {unplaced}"
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    known = modules()
+    upward = []
+    for module, path in known.items():
+        rank = layer_of(module)
+        if rank is None:
+            continue
+        for target in sorted(imported(module, path, known)):
+            target_rank = layer_of(target)
+            if target_rank is not None and target_rank > rank:
+                upward.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
+    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def test_the_model_reads_only_api_vocab_world_and_leaf_utilities() -> None:
+    known = modules()
+    allowed = {"leaf utilities", "api", "world", "model"}
+    for module, path in known.items():
+        if module.split(".")[:2] != ["app", "model"]:
+            continue
+        for target in imported(module, path, known):
+            rank = layer_of(target)
+            assert rank is not None and LAYERS[rank][0] in allowed, f"{module} imports {target}"
+
+
+def test_the_reader_sees_every_form_of_import(tmp_path: Path) -> None:
+    """The check itself: absolute, from-package, relative and function-local imports are all read."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import app.vocab\nfrom app.control import status\nfrom .names import event\n"
+                     "def f():\n    from app.web.state import State\n")
+    assert imported("app.render.probe", probe, modules()) == {
+        "app.vocab", "app.control.status", "app.render.names", "app.web.state"}
