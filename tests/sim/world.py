@@ -1170,7 +1170,7 @@ class Sim:
             if why in ("rollout", "superseded") and hold is not None:
                 self.fail(f"sync {name}: replica {role}/{ordinal} deleted for a {why} while new replicas are held "
                           f"({hold})")
-            if wl is not None and group not in deletes:
+            if wl is not None and not deleting(wl) and group not in deletes:
                 self.fail(f"sync {name}: replica {role}/{ordinal} deleted ({why}) without deleting its Workload {group}")
             if why == "rollout" and self._view_ready(pods, size):
                 replaced[role].append(ordinal)
