@@ -1,4 +1,5 @@
-"""Status: rebuilt from observed state on every sync, deterministic (SPEC §4).
+"""Status: rebuilt from observed state on every sync, deterministic (SPEC §4). The only place a
+deployment's status is built: phase, role statuses, conditions, endpoint, the router's readiness.
 
 `lastTransitionTime` moves only when a condition's status moves; it is carried over from the
 parent's observed status, so a sync that changes nothing writes byte-identical status.
@@ -9,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from app import vocab
+from app.api.v1 import ModelDeployment, RouterSpec
 from app.control.rollout import Action, RolePlan
+from app.engines.common import KV_EVENT_PRODUCER_KINDS, kv_events_off
 from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
 from app.render import names
@@ -103,11 +106,12 @@ def role_kinds_ready(ready_by_kind: dict[str, int]) -> ConditionValue:
 
 def kv_events_publishing(ctx: DeploymentContext, renders: list[RoleRender]) -> ConditionValue:
     t = vocab.COND_KV_EVENTS_PUBLISHING
-    if ctx.md.spec.router is None:
-        return _cond(t, "False", vocab.REASON_NO_ROUTER, "KV events are published only to a router; no spec.router")
-    if ctx.md.spec.engine.name == vocab.ENGINE_SGLANG:
-        return _cond(t, "False", vocab.REASON_PUBLISHER_DISABLED, "SGLang renders no KV-event publisher")
-    producers = [r for r in renders if r.role.kind in (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)]
+    off = kv_events_off(ctx)
+    if off == vocab.REASON_NO_ROUTER:
+        return _cond(t, "False", off, "KV events are published only to a router; no spec.router")
+    if off is not None:
+        return _cond(t, "False", off, f"{ctx.md.spec.engine.name} renders no KV-event publisher")
+    producers = [r for r in renders if r.role.kind in KV_EVENT_PRODUCER_KINDS]
     unmanaged = [r.role.name for r in producers if r.unmanaged]
     if unmanaged:
         return _cond(t, "Unknown", vocab.REASON_ROLE_UNMANAGED,
@@ -158,15 +162,138 @@ def role_summary(ready_by_kind: dict[str, int], router_ready: int | None) -> str
     return "".join(parts)
 
 
+def router_endpoint(ctx: DeploymentContext) -> str:
+    """The router Service's URL."""
+    return f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{vocab.ROUTER_PORT}"
+
+
 def endpoint(ctx: DeploymentContext, renders: list[RoleRender]) -> str | None:
     """The router Service when a router exists, else the first Server role's (or the first role's)."""
     if ctx.md.spec.router is not None:
-        return f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{vocab.DEFAULT_SERVING_PORT}"
+        return router_endpoint(ctx)
     if not renders:
         return None
     front = next((r for r in renders if r.role.kind == vocab.ROLE_KIND_SERVER), renders[0])
     return f"http://{names.role_service(ctx.name, front.role.name)}.{ctx.namespace}.svc:{front.ports.service}"
 
 
-def router_not_applicable() -> ConditionValue:
-    return _cond(vocab.COND_ROUTER_READY, "True", vocab.REASON_NOT_APPLICABLE, "no spec.router")
+def router_observed_ready(ctx: DeploymentContext, children: dict[str, Any]) -> int | None:
+    """Ready router Pods per the observed Deployment; None when it does not exist yet."""
+    deployments = children.get(vocab.CHILD_DEPLOYMENTS) or {}
+    observed = deployments.get(f"{ctx.namespace}/{names.router(ctx.name)}")
+    if not isinstance(observed, dict):
+        return None
+    return int((observed.get("status") or {}).get("readyReplicas") or 0)
+
+
+def router_ready(router: RouterSpec | None, observed_ready: int | None) -> ConditionValue:
+    """RouterReady: not applicable without a router this pass, else from its observed Deployment."""
+    t = vocab.COND_ROUTER_READY
+    if router is None:
+        return _cond(t, "True", vocab.REASON_NOT_APPLICABLE, "no spec.router")
+    if observed_ready is None:
+        return _cond(t, "Unknown", vocab.REASON_NOT_DEPLOYED, f"{router.name} Deployment not observed yet")
+    if observed_ready == 0:
+        return _cond(t, "False", vocab.REASON_NO_READY_REPLICAS, f"0 of {router.replicas} {router.name} replicas are Ready")
+    return _cond(t, "True", vocab.REASON_ROUTER_READY,
+                 f"{observed_ready} of {router.replicas} {router.name} replicas are Ready")
+
+
+def _lost_instances(md: ModelDeployment, ready_by_role: dict[str, int]) -> list[str]:
+    """Roles with fewer Ready replicas than the last status reported (capped by what is declared now)."""
+    lost = []
+    for previous in (md.status or {}).get("roles") or []:
+        if not isinstance(previous, dict) or previous.get("name") not in ready_by_role:
+            continue
+        role = md.role(previous["name"])
+        was = min(int(previous.get("ready") or 0), role.replicas if role else 0)
+        if ready_by_role[previous["name"]] < was:
+            lost.append(previous["name"])
+    return lost
+
+
+def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role: dict[str, int]) -> tuple[str, str]:
+    """Degraded means a role lost Ready instances (and stays so until all are back); a scale-up of a
+    Ready deployment is Starting its new replicas, not Degraded."""
+    if finalizing or md.metadata.deletion_timestamp:
+        return vocab.PHASE_DELETING, "the deployment is being deleted"
+    if all_ready:
+        return vocab.PHASE_READY, "every declared replica is Ready"
+    if _lost_instances(md, ready_by_role) or (md.status or {}).get("phase") == vocab.PHASE_DEGRADED:
+        # One message for both ways in, or the second pass would rewrite status (a hot loop).
+        short = [r.name for r in md.spec.roles if ready_by_role.get(r.name, 0) < r.replicas]
+        return vocab.PHASE_DEGRADED, f"role(s) {', '.join(short)} have fewer Ready replicas than declared"
+    return vocab.PHASE_STARTING, "replicas are starting"
+
+
+def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
+                 children: dict[str, Any], *, finalizing: bool, now: str) -> dict[str, Any]:
+    """The status from this pass's renders and plans and the observed children (the router's
+    Deployment). A finalizing pass renders no router, so it reports none."""
+    router = None if finalizing else ctx.md.spec.router
+    observed_router = router_observed_ready(ctx, children) if router is not None else None
+    ready_routers = None if router is None else observed_router or 0
+    role_statuses = []
+    ready_by_kind: dict[str, int] = {}
+    total_ready = 0
+    all_ready = True
+    for render, plan in zip(renders, plans):
+        declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
+        ready = sum(1 for p in declared if p.ready)
+        reserved = sum(1 for p in declared if p.reserved)
+        total_ready += ready
+        ready_by_kind[render.role.kind] = ready_by_kind.get(render.role.kind, 0) + ready
+        all_ready = all_ready and ready == render.role.replicas
+        entry: dict[str, Any] = {
+            "name": render.role.name,
+            "kind": render.role.kind,
+            "desired": render.role.replicas,
+            "ready": ready,
+            "quotaReserved": reserved,
+            "unmanaged": render.unmanaged,
+            "image": render.image,
+        }
+        if render.kv_events:
+            service = names.role_service(ctx.name, render.role.name)
+            entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
+                                          f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
+            entry["kvEventsTopic"] = "kv@"
+        if plan.next_incarnations:
+            entry["nextIncarnations"] = plan.next_incarnations
+        role_statuses.append(entry)
+    if ready_routers is not None:
+        all_ready = all_ready and ready_routers >= 1
+    ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
+    phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
+    values = [
+        domain_registered(ctx),
+        quota_reserved(ctx, plans),
+        cache_attached(ctx, renders, total_ready),
+        replicas_up_to_date(plans),
+        role_kinds_ready(ready_by_kind),
+        kv_events_publishing(ctx, renders),
+        router_ready(router, observed_router),
+        weights_ready(ctx),
+    ]
+    previous = (ctx.md.status or {}).get("conditions") or []
+    out: dict[str, Any] = {
+        "phase": phase,
+        "phaseMessage": phase_message,
+        "roleSummary": role_summary(ready_by_kind, ready_routers),
+        "roles": role_statuses,
+        "conditions": merge_conditions(values, previous, ctx.md.metadata.generation, now),
+    }
+    url = endpoint(ctx, renders)
+    if url:
+        out["endpoint"] = url
+    if ctx.attachment is not None:
+        kv: dict[str, Any] = {"binding": ctx.attachment.binding}
+        if ctx.attachment.pool:
+            kv["pool"] = ctx.attachment.pool
+        if ctx.attachment.domain is not None:
+            kv["domain"] = ctx.attachment.domain.wire()
+        out["kvCache"] = kv
+    if router is not None:
+        out["router"] = {"name": router.name, "desired": router.replicas, "ready": ready_routers,
+                         "endpoint": router_endpoint(ctx)}
+    return out

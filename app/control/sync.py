@@ -21,7 +21,7 @@ from app.control.rollout import Action, RolePlan, plan_role
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names
 from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
-from app.render.router import RouterRender, needs_instance_services, render_router
+from app.render.router import needs_instance_services, render_router
 from app.world import World
 
 # Come back while something waits on time rather than on a watched object.
@@ -130,33 +130,6 @@ def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> lis
     return services
 
 
-def _lost_instances(md: ModelDeployment, ready_by_role: dict[str, int]) -> list[str]:
-    """Roles with fewer Ready replicas than the last status reported (capped by what is declared now)."""
-    lost = []
-    for previous in (md.status or {}).get("roles") or []:
-        if not isinstance(previous, dict) or previous.get("name") not in ready_by_role:
-            continue
-        role = md.role(previous["name"])
-        was = min(int(previous.get("ready") or 0), role.replicas if role else 0)
-        if ready_by_role[previous["name"]] < was:
-            lost.append(previous["name"])
-    return lost
-
-
-def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role: dict[str, int]) -> tuple[str, str]:
-    """Degraded means a role lost Ready instances (and stays so until all are back); a scale-up of a
-    Ready deployment is Starting its new replicas, not Degraded."""
-    if finalizing or md.metadata.deletion_timestamp:
-        return vocab.PHASE_DELETING, "the deployment is being deleted"
-    if all_ready:
-        return vocab.PHASE_READY, "every declared replica is Ready"
-    if _lost_instances(md, ready_by_role) or (md.status or {}).get("phase") == vocab.PHASE_DEGRADED:
-        # One message for both ways in, or the second pass would rewrite status (a hot loop).
-        short = [r.name for r in md.spec.roles if ready_by_role.get(r.name, 0) < r.replicas]
-        return vocab.PHASE_DEGRADED, f"role(s) {', '.join(short)} have fewer Ready replicas than declared"
-    return vocab.PHASE_STARTING, "replicas are starting"
-
-
 def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult:
     """One pass of sync (or finalize when `request.finalizing`)."""
     md = parse_parent(request.parent)
@@ -186,15 +159,12 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
             group = names.pod_group(ctx.namespace, ctx.name, role_name, ordinal)
             intents.append(DeleteWorkload(ctx.namespace, group, "role no longer declared"))
 
-    router: RouterRender | None = None if finalizing else render_router(ctx, renders, request.children)
-    if router is not None:
-        children.extend(router.children)
-
     if not finalizing:
+        children.extend(render_router(ctx, renders))
         intents.extend(gang.admission_checks(ctx, plans, now=now,
                                              release_after_seconds=settings.gang_release_after_seconds))
 
-    result_status = build_status(ctx, renders, plans, router, finalizing=finalizing, now=now)
+    result_status = status.build_status(ctx, renders, plans, request.children, finalizing=finalizing, now=now)
     waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=RESYNC_WAITING_SECONDS if waiting or not gang.verdict(plans).complete else None)
@@ -205,74 +175,6 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
         result.finalized = not observed_pods and not workloads_left
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
-
-
-def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
-                 router: "RouterRender | None", *, finalizing: bool, now: str) -> dict[str, Any]:
-    role_statuses = []
-    ready_by_kind: dict[str, int] = {}
-    total_ready = 0
-    all_ready = True
-    for render, plan in zip(renders, plans):
-        declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
-        ready = sum(1 for p in declared if p.ready)
-        reserved = sum(1 for p in declared if p.reserved)
-        total_ready += ready
-        ready_by_kind[render.role.kind] = ready_by_kind.get(render.role.kind, 0) + ready
-        all_ready = all_ready and ready == render.role.replicas
-        entry: dict[str, Any] = {
-            "name": render.role.name,
-            "kind": render.role.kind,
-            "desired": render.role.replicas,
-            "ready": ready,
-            "quotaReserved": reserved,
-            "unmanaged": render.unmanaged,
-            "image": render.image,
-        }
-        if render.kv_events:
-            service = names.role_service(ctx.name, render.role.name)
-            entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
-                                          f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
-            entry["kvEventsTopic"] = "kv@"
-        if plan.next_incarnations:
-            entry["nextIncarnations"] = plan.next_incarnations
-        role_statuses.append(entry)
-    router_ready = router.ready if router is not None else None
-    if router is not None:
-        all_ready = all_ready and router.ready >= 1
-    ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
-    phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
-    values = [
-        status.domain_registered(ctx),
-        status.quota_reserved(ctx, plans),
-        status.cache_attached(ctx, renders, total_ready),
-        status.replicas_up_to_date(plans),
-        status.role_kinds_ready(ready_by_kind),
-        status.kv_events_publishing(ctx, renders),
-        router.condition if router is not None else status.router_not_applicable(),
-        status.weights_ready(ctx),
-    ]
-    previous = (ctx.md.status or {}).get("conditions") or []
-    out: dict[str, Any] = {
-        "phase": phase,
-        "phaseMessage": phase_message,
-        "roleSummary": status.role_summary(ready_by_kind, router_ready),
-        "roles": role_statuses,
-        "conditions": status.merge_conditions(values, previous, ctx.md.metadata.generation, now),
-    }
-    endpoint = status.endpoint(ctx, renders)
-    if endpoint:
-        out["endpoint"] = endpoint
-    if ctx.attachment is not None:
-        kv: dict[str, Any] = {"binding": ctx.attachment.binding}
-        if ctx.attachment.pool:
-            kv["pool"] = ctx.attachment.pool
-        if ctx.attachment.domain is not None:
-            kv["domain"] = ctx.attachment.domain.wire()
-        out["kvCache"] = kv
-    if router is not None:
-        out["router"] = router.status
-    return out
 
 
 def customize(parent: dict[str, Any]) -> dict[str, Any]:

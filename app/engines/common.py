@@ -59,14 +59,23 @@ def tenant(ctx: DeploymentContext) -> str:
     return domain.name if domain and domain.name else "default"
 
 
+# The role kinds that produce cache blocks, so publish KV events where the deployment does.
+KV_EVENT_PRODUCER_KINDS = (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)
+
+
+def kv_events_off(ctx: DeploymentContext) -> str | None:
+    """Why no role of the deployment publishes KV events (a KVEventsPublishing reason), or None:
+    only a vLLM deployment behind a router publishes them."""
+    if ctx.md.spec.router is None:
+        return vocab.REASON_NO_ROUTER
+    if ctx.md.spec.engine.name != vocab.ENGINE_VLLM:
+        return vocab.REASON_PUBLISHER_DISABLED
+    return None
+
+
 def kv_events_rendered(ctx: DeploymentContext, role: Role) -> bool:
     """Routed vLLM roles that produce cache blocks publish KV events; decoders need not."""
-    return (
-        ctx.md.spec.router is not None
-        and ctx.md.spec.engine.name == vocab.ENGINE_VLLM
-        and role.managed
-        and role.kind in (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)
-    )
+    return kv_events_off(ctx) is None and role.managed and role.kind in KV_EVENT_PRODUCER_KINDS
 
 
 def transfer_leg_rendered(ctx: DeploymentContext, role: Role) -> bool:

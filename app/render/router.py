@@ -19,25 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from app import vocab
 from app.engines import router_flags as rf
-from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
 from app.render import labels, names
 from app.render.pod import RoleRender
-
-
-@dataclass
-class RouterRender:
-    children: list[dict[str, Any]] = field(default_factory=list)
-    ready: int = 0
-    status: dict[str, Any] = field(default_factory=dict)
-    condition: ConditionValue | None = None
 
 
 def _json_text(document: dict[str, Any]) -> str:
@@ -374,41 +364,17 @@ def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str
     return objects
 
 
-def _observed_ready(ctx: DeploymentContext, children: dict[str, Any]) -> int | None:
-    """Ready router Pods per the observed Deployment; None when it does not exist yet."""
-    deployments = children.get(vocab.CHILD_DEPLOYMENTS) or {}
-    observed = deployments.get(f"{ctx.namespace}/{names.router(ctx.name)}")
-    if not isinstance(observed, dict):
-        return None
-    return int((observed.get("status") or {}).get("readyReplicas") or 0)
-
-
-def render_router(ctx: DeploymentContext, renders: list[RoleRender], children: dict[str, Any]) -> RouterRender | None:
+def render_router(ctx: DeploymentContext, renders: list[RoleRender]) -> list[dict[str, Any]]:
+    """The router's children (none without spec.router); its status is app.control.status's."""
     router = ctx.md.spec.router
     if router is None:
-        return None
+        return []
     image = default_image(ctx)
     if router.name == vocab.ROUTER_LLMD:
         containers, documents, rules = _llmd(ctx, renders, image)
     else:
         containers, documents, rules = _rust_router(ctx, renders, image, router.name)
-    ready = _observed_ready(ctx, children)
-    endpoint = f"http://{names.router(ctx.name)}.{ctx.namespace}.svc:{vocab.ROUTER_PORT}"
-    t = vocab.COND_ROUTER_READY
-    if ready is None:
-        condition = ConditionValue(t, "Unknown", vocab.REASON_NOT_DEPLOYED, f"{router.name} Deployment not observed yet")
-    elif ready == 0:
-        condition = ConditionValue(t, "False", vocab.REASON_NO_READY_REPLICAS,
-                                   f"0 of {router.replicas} {router.name} replicas are Ready")
-    else:
-        condition = ConditionValue(t, "True", vocab.REASON_ROUTER_READY,
-                                   f"{ready} of {router.replicas} {router.name} replicas are Ready")
-    return RouterRender(
-        children=_objects(ctx, containers, documents, rules),
-        ready=ready or 0,
-        status={"name": router.name, "desired": router.replicas, "ready": ready or 0, "endpoint": endpoint},
-        condition=condition,
-    )
+    return _objects(ctx, containers, documents, rules)
 
 
 def needs_instance_services(ctx: DeploymentContext) -> bool:
