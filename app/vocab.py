@@ -71,6 +71,8 @@ ROUTERS = (ROUTER_LLMD, ROUTER_VLLM, ROUTER_SGLANG)
 CONNECTOR_MOONCAKE = "Mooncake"
 
 TRANSFER_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM")
+# The kvTransfer protocols a vLLM role on an Ascend pool may ask for (its leg runs `ascend`).
+ASCEND_TRANSFER_PROTOCOLS = ("Auto", "CANN")
 BACKEND_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA")
 # InstanceType status.detail.manufacturer of an Ascend pool (vLLM names its own connectors there).
 MANUFACTURER_ASCEND = "ascend"
@@ -93,6 +95,13 @@ ROUTER_COMPONENT = "router"
 LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 LABEL_KUEUE_MANAGED = "kueue.x-k8s.io/managed"
+# Kueue's Pod webhook adds a finalizer of the same name; Kueue strips it when the group's Workload
+# is deleted (or to release a Pod that can no longer run).
+FINALIZER_KUEUE_MANAGED = LABEL_KUEUE_MANAGED
+
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+# llm-d's Endpoint Picker reads the engine type of a routed Pod from this label.
+LABEL_LLMD_ENGINE_TYPE = "llm-d.ai/engine-type"
 
 # --- Annotations -----------------------------------------------------------------------------
 
@@ -111,6 +120,10 @@ ANNOTATION_INCARNATION = "modeldeployment.gpustack.ai/incarnation"
 ANNOTATION_KVCACHE_CLIENT_CONFIG = "kvcache.gpustack.ai/client-config"
 # On the router's Pod template: a digest of its config documents, so a changed document rolls the Pods.
 ANNOTATION_ROUTER_CONFIG_HASH = "modeldeployment.gpustack.ai/router-config-hash"
+# sglang-gateway reads a prefill Pod's bootstrap port from this annotation.
+ANNOTATION_SGLANG_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
+# Metacontroller's record of what it applied, on every child it manages.
+ANNOTATION_LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 
 KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
@@ -160,13 +173,34 @@ PORT_NAME_HTTP = "http"
 PORT_NAME_METRICS = "metrics"
 ROUTER_PORT = DEFAULT_SERVING_PORT  # the router's listener and its Service
 HEALTH_PATH = "/health"
+# The routing proxy in front of a routed vLLM decoder answers /health itself; readiness goes
+# through it to the engine.
+PROXIED_READINESS_PATH = "/v1/models"
+# The decoder engine's port behind the routing proxy (the sidecar's own default).
+ROUTING_PROXY_ENGINE_PORT = 8200
+CONTAINER_ENGINE = "engine"
+CONTAINER_ROUTING_PROXY = "routing-proxy"
+
+# Extended resources a role's fabric interfaces are requested as, and the scratch space every engine
+# container requests.
+RESOURCE_RDMA_SHARED = "device.gpustack.ai/rdma.shared"
+RESOURCE_RDMA_DEDICATED = "device.gpustack.ai/rdma"
+RESOURCE_EFA = "vpc.amazonaws.com/efa"
+EPHEMERAL_STORAGE_BYTES = 15 * 2**30
 DEFAULT_TERMINATION_GRACE_SECONDS = 30
+STARTUP_PERIOD_SECONDS = 10
+# Loading a large model can take long; one hour before the kubelet gives up on startup.
+STARTUP_FAILURE_THRESHOLD = 360
 KV_LEASE_WINDOW_SECONDS = 30
 
 # --- Kueue admission check -------------------------------------------------------------------
 
 ADMISSION_CHECK_NAME = "gpustack-model-deployment-joint"
 ADMISSION_CHECK_CONTROLLER = "worker.gpustack.ai/model-deployment-joint"
+# The states our check sets on a Workload (Kueue's AdmissionCheckState).
+CHECK_STATE_PENDING = "Pending"
+CHECK_STATE_READY = "Ready"
+CHECK_STATE_RETRY = "Retry"
 
 # --- Status conditions and reasons ------------------------------------------------------------
 
@@ -247,6 +281,11 @@ EVENT_TYPE_WARNING = "Warning"
 EVENT_SOURCE_COMPONENT = "gpustack-model-deployment"
 # A stored object carried a user value for a tenant-bearing key; the operator's value was rendered.
 EVENT_TENANT_KEY_IGNORED = "TenantKeyIgnored"
+# Departure events are named after the occurrence, not the reason: whichever pass names it first
+# (ReplicaEvicted, ReplicaLeaving or ReplicaRestarted), a later pass that reads the same departure
+# differently (the Workload already gone, the role scaled down meanwhile) repeats the same name,
+# and the Event is created once.
+EVENT_NAME_REPLICA_DEPARTURE = "replica-departure"
 
 # --- Operator settings (environment of the service) -------------------------------------------
 
@@ -266,6 +305,10 @@ SETTING_MAX_BODY_VALUES = "MODELDEPLOYMENT_MAX_BODY_VALUES"
 # The schema's own limits, applied to values read back from a parent's status.
 MAX_ROLE_REPLICAS = 1024
 MAX_ROLE_SIZE = 64
+# Rule 1: roles per deployment.
+MAX_ROLES = 10
+# Incarnations read back from status are bounded: a forged or corrupt status cannot grow the plan.
+MAX_INCARNATION = 10**9
 # Rule 21: total Pods of one deployment (Σ replicas × size); one sync must fit the service's memory.
 DEFAULT_MAX_PODS_PER_DEPLOYMENT = 2048
 # A hook or webhook request body above this is answered 413 before it is read further.

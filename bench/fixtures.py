@@ -29,7 +29,6 @@ import orjson
 
 from app import vocab
 from app.api.hooks import HookRequest
-from app.control.rollout import LAST_APPLIED
 from app.control.sync import SyncSettings, reconcile
 from app.render import names
 from app.world import load_yaml_objects, related_map
@@ -157,7 +156,7 @@ def observed_child(desired: dict[str, Any], parent: dict[str, Any], index: int) 
     kind = obj["kind"]
     meta.setdefault("namespace", NAMESPACE)
     annotations = meta.setdefault("annotations", {})
-    annotations[LAST_APPLIED] = orjson.dumps(desired).decode()
+    annotations[vocab.ANNOTATION_LAST_APPLIED] = orjson.dumps(desired).decode()
     managed = [_managed("metacontroller", "Update", {"metadata": {k: v for k, v in meta.items() if k != "namespace"},
                                                      **{k: v for k, v in desired.items() if k not in (
                                                          "apiVersion", "kind", "metadata")}},

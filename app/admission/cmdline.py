@@ -24,7 +24,7 @@ from app.engines import owned
 from app.engines.common import kv_events_rendered
 from app.engines.registry import KV_CACHE_DTYPE_FLAG, engine_for, flags_for
 from app.model.context import DeploymentContext, RenderOptions, build_context
-from app.render.pod import ROUTING_PROXY_ENGINE_PORT, routing_proxy_rendered
+from app.render.pod import routing_proxy_rendered
 from app.world import World
 
 TAKE_OVER = "take over the command line with roles[].command"
@@ -227,8 +227,8 @@ def ports(subject: Subject) -> list[Refusal]:
         line = role_line(engine, role)
         reading = engine_argv.read_port(engine, line.args) if line is not None else engine_argv.PortReading(None)
         if proxied and reading.port is None and reading.problem is None:
-            reserved.setdefault(ROUTING_PROXY_ENGINE_PORT, "the port vLLM listens on behind the routing proxy of a "
-                                                           "routed decoder")
+            reserved.setdefault(vocab.ROUTING_PROXY_ENGINE_PORT,
+                                "the port vLLM listens on behind the routing proxy of a routed decoder")
         for j, declared in enumerate(role.ports):
             if declared.port in reserved:
                 out.append(Refusal(role_path(index, f"ports[{j}].port"), f"{declared.port} is reserved: "
@@ -247,7 +247,7 @@ def ports(subject: Subject) -> list[Refusal]:
                 out.append(Refusal(path, f"{shown}: on a routed vLLM decoder the routing proxy owns the external port "
                                    f"{external} and vLLM listens behind it, so the engine cannot take {external} too",
                                    f"pass another --port for the engine (the operator's default is "
-                                   f"{ROUTING_PROXY_ENGINE_PORT}), or leave --port out"))
+                                   f"{vocab.ROUTING_PROXY_ENGINE_PORT}), or leave --port out"))
         elif role.ports and reading.port != role.ports[0].port:
             out.append(Refusal(path, f"{shown} tells the engine to listen on {reading.port}, but "
                                f"{role_path(index, 'ports[0].port')} declares {role.ports[0].port}",

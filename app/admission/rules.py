@@ -28,8 +28,6 @@ from app.render import names, tenant
 from app.render.pod import role_ports, routing_proxy_rendered
 from app.world import World
 
-MAX_ROLES = 10
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ROLE_SET_FROZEN = "the role set is frozen, so this takes another deployment"
@@ -42,9 +40,9 @@ AGENT = {vocab.ROLE_KIND_PREFILL: "prefiller", vocab.ROLE_KIND_DECODE: "decoder"
 def too_many_roles(raw: dict[str, Any]) -> list[Refusal]:
     """Rule 1, read from the object as sent (a model with 11 roles does not parse)."""
     roles = (raw.get("spec") or {}).get("roles") if isinstance(raw.get("spec"), dict) else None
-    if isinstance(roles, list) and len(roles) > MAX_ROLES:
-        return [Refusal("spec.roles", f"{len(roles)} roles are declared; a deployment has at most {MAX_ROLES}",
-                        f"split the roles across several deployments of at most {MAX_ROLES} roles each")]
+    if isinstance(roles, list) and len(roles) > vocab.MAX_ROLES:
+        return [Refusal("spec.roles", f"{len(roles)} roles are declared; a deployment has at most {vocab.MAX_ROLES}",
+                        f"split the roles across several deployments of at most {vocab.MAX_ROLES} roles each")]
     return []
 
 
@@ -199,8 +197,8 @@ def topology_level(subject: Subject) -> list[Refusal]:
         if not level:
             continue
         path = role_path(index, "topology", "requiredLevel")
-        if level == HOSTNAME_LABEL:
-            out.append(Refusal(path, f"{HOSTNAME_LABEL} is implicit and cannot be required explicitly",
+        if level == vocab.LABEL_HOSTNAME:
+            out.append(Refusal(path, f"{vocab.LABEL_HOSTNAME} is implicit and cannot be required explicitly",
                                "name a wider level (a rack, block or zone label key), or leave requiredLevel empty "
                                "for unconstrained topology-aware placement"))
             continue
@@ -712,13 +710,10 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
 
 # --- transports and routed ports: rule 19, the Ascend transport (SPEC §6) --------------------
 
-ASCEND_TRANSFER_PROTOCOLS = ("Auto", "CANN")
-
-
 def ascend_transfer_protocol(subject: Subject) -> list[Refusal]:
     """SPEC §6: vLLM on an Ascend pool transfers over `ascend`; another kvTransfer.protocol is refused."""
     transfer = subject.md.spec.kv_transfer
-    if subject.world is None or transfer is None or transfer.protocol in ASCEND_TRANSFER_PROTOCOLS \
+    if subject.world is None or transfer is None or transfer.protocol in vocab.ASCEND_TRANSFER_PROTOCOLS \
             or subject.engine != vocab.ENGINE_VLLM:
         return []
     ctx = build_context(subject.md, subject.world, RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))

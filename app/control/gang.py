@@ -43,7 +43,6 @@ from app.control.rollout import Action, OrdinalPlan, RolePlan
 from app.model.context import DeploymentContext
 from app.render import names
 
-PENDING, READY, RETRY = "Pending", "Ready", "Retry"
 # The plan deletes these replicas' Workloads in the same pass: nothing is written on them.
 LETTING_GO = (Action.SHED, Action.REPLACE, Action.SUPERSEDE, Action.REBUILD)
 
@@ -168,7 +167,7 @@ def admission_checks(
         state, message = decision
         if group.state == state and group.check.get("message") == message:
             continue
-        if group.admitted and group.state == READY and state != READY:
+        if group.admitted and group.state == vocab.CHECK_STATE_READY and state != vocab.CHECK_STATE_READY:
             # Never take Ready back from an admitted group: that would evict a serving replica.
             continue
         same_state = group.state == state and group.check.get("lastTransitionTime")
@@ -189,7 +188,7 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
     if not joint or gang.complete or release_after_seconds <= 0:
         return "", ""
     waiting = [g for g in groups if not g.admitted]
-    held_since = sorted((s for g in waiting if g.reserved and g.state != RETRY
+    held_since = sorted((s for g in waiting if g.reserved and g.state != vocab.CHECK_STATE_RETRY
                          for s in [_reserved_since(g.workload)] if _parse(s)), key=_parse)
     if held_since:
         oldest = held_since[0]
@@ -200,7 +199,8 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
                                f"the deployment releases what it holds so that other deployments are not "
                                f"blocked, and queues again in {int(release_after_seconds)}s")
     backing_off = sorted((g.check.get("lastTransitionTime") for g in waiting
-                          if g.state == RETRY and not g.reserved and _parse(g.check.get("lastTransitionTime"))),
+                          if g.state == vocab.CHECK_STATE_RETRY and not g.reserved
+                          and _parse(g.check.get("lastTransitionTime"))),
                          key=_parse)
     if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
         return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
@@ -212,21 +212,22 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
 def _decide(group: _Group, joint: bool, gang: GangVerdict, mode: str, note: str) -> tuple[str, str] | None:
     """The state for one group, or None to leave its check as it is."""
     if group.admitted:
-        return None if group.state == READY else (READY, "admitted")
-    if group.state == RETRY and (group.reserved or mode):
+        return None if group.state == vocab.CHECK_STATE_READY else (vocab.CHECK_STATE_READY, "admitted")
+    if group.state == vocab.CHECK_STATE_RETRY and (group.reserved or mode):
         # Kueue evicts a reserved one and resets its check itself; an unreserved one stays
         # inadmissible until the back-off ends.
         return None
     if mode:
-        return RETRY, note
+        return vocab.CHECK_STATE_RETRY, note
     if not group.admissible:
-        return PENDING, group.why_not
+        return vocab.CHECK_STATE_PENDING, group.why_not
     if not group.reserved:
         if joint:
-            return PENDING, f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota"
-        return PENDING, "waiting for quota"
+            return (vocab.CHECK_STATE_PENDING,
+                    f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota")
+        return vocab.CHECK_STATE_PENDING, "waiting for quota"
     if not joint:
-        return READY, "quota reserved"
+        return vocab.CHECK_STATE_READY, "quota reserved"
     if gang.complete:
-        return READY, f"all {gang.want} replicas of the deployment have reserved quota"
-    return PENDING, f"{gang.have} of {gang.want} replicas have reserved quota"
+        return vocab.CHECK_STATE_READY, f"all {gang.want} replicas of the deployment have reserved quota"
+    return vocab.CHECK_STATE_PENDING, f"{gang.have} of {gang.want} replicas have reserved quota"

@@ -84,11 +84,6 @@ def pod_finished(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
 
 
-# Kueue's Pod webhook adds this finalizer; Kueue strips it when the group's Workload is deleted
-# (or to release a Pod that can no longer run), so a deleted Pod still holding it is a departure
-# nobody has acted on yet.
-KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
-
 # Kueue marks every Pod it stops with this condition; the reason says why
 # ("WorkloadEvictedDueTo<Evicted reason>" when the group was evicted, "WorkloadDeleted"...).
 POD_TERMINATION_TARGET = "TerminationTarget"
@@ -155,7 +150,8 @@ class ObservedInstance:
     @property
     def held_by_kueue(self) -> bool:
         """Some Pod still carries Kueue's finalizer: its group's Workload has not been deleted."""
-        return any(KUEUE_POD_FINALIZER in ((p.get("metadata") or {}).get("finalizers") or []) for p in self.pods)
+        return any(vocab.FINALIZER_KUEUE_MANAGED in ((p.get("metadata") or {}).get("finalizers") or [])
+                   for p in self.pods)
 
     @property
     def evicted(self) -> bool:

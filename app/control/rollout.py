@@ -49,8 +49,6 @@ from app.render import names
 from app.model.context import DeploymentContext
 from app.render.pod import RoleRender, instance_pods
 
-LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
-
 
 class Action(str, Enum):
     KEEP = "keep"
@@ -97,16 +95,9 @@ class RolePlan:
 def _kept(pod: dict[str, Any]) -> dict[str, Any]:
     child = obs.as_child(pod)
     annotations = dict(child["metadata"].get("annotations") or {})
-    annotations.pop(LAST_APPLIED, None)
+    annotations.pop(vocab.ANNOTATION_LAST_APPLIED, None)
     child["metadata"]["annotations"] = annotations
     return child
-
-
-# Departure events are named after the occurrence, not the reason: whichever pass names it first
-# (ReplicaEvicted, ReplicaLeaving or ReplicaRestarted), a later pass that reads the same departure
-# differently (the Workload already gone, the role scaled down meanwhile) repeats the same name,
-# and the Event is created once.
-DEPARTURE_EVENT_NAME = "replica-departure"
 
 
 def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: str, what: str) -> RecordEvent:
@@ -114,7 +105,8 @@ def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: st
     message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
                f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, DEPARTURE_EVENT_NAME, f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"),
+                       name=names.event(ctx.name, vocab.EVENT_NAME_REPLICA_DEPARTURE,
+                                        f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"),
                        reason=reason,
                        type=vocab.EVENT_TYPE_NORMAL, message=message)
 
@@ -150,17 +142,13 @@ def _previous_desired(ctx: DeploymentContext, role: str) -> int:
     return 0
 
 
-# Incarnations read back from status are bounded: a forged or corrupt status cannot grow the plan.
-MAX_INCARNATION = 10**9
-
-
 def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
     """status.roles[].nextIncarnations as the last written status has it (bounded, ints only)."""
     for entry in (ctx.md.status or {}).get("roles") or []:
         if isinstance(entry, dict) and entry.get("name") == role:
             values = entry.get("nextIncarnations")
             if isinstance(values, list):
-                return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INCARNATION else 0
+                return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= vocab.MAX_INCARNATION else 0
                         for v in values[:vocab.MAX_ROLE_REPLICAS]]
     return []
 
@@ -172,7 +160,7 @@ def _next_incarnations(previous: list[int], observed: dict[int, obs.ObservedInst
         if ordinal >= vocab.MAX_ROLE_REPLICAS or not inst.pods:
             continue
         out += [0] * (ordinal + 1 - len(out))
-        out[ordinal] = max(out[ordinal], min(inst.incarnation() + 1, MAX_INCARNATION))
+        out[ordinal] = max(out[ordinal], min(inst.incarnation() + 1, vocab.MAX_INCARNATION))
     while out and out[-1] == 0:
         out.pop()
     return out

@@ -23,18 +23,6 @@ from app.render import labels, names, tenant
 from app.render.image import ImageChoice, ImageError, role_image
 from app.render.resources import ResourceError, pod_resources
 
-ENGINE_CONTAINER = "engine"
-ROUTING_PROXY_CONTAINER = "routing-proxy"
-# The decoder engine's port behind the routing proxy (the sidecar's own default).
-ROUTING_PROXY_ENGINE_PORT = 8200
-# The proxy answers /health itself; readiness goes through it to the engine.
-PROXIED_READINESS_PATH = "/v1/models"
-SGLANG_BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
-LLMD_ENGINE_TYPE_LABEL = "llm-d.ai/engine-type"
-STARTUP_PERIOD_SECONDS = 10
-# Loading a large model can take long; one hour before the kubelet gives up on startup.
-STARTUP_FAILURE_THRESHOLD = 360
-
 
 class RenderError(Exception):
     """A role that cannot be built. `resolves_later` says whether waiting can fix it."""
@@ -93,7 +81,7 @@ def role_ports(engine: str, role: Role, *, proxied: bool = False) -> Ports:
     own = user_port(engine, role)
     external = role.ports[0].port if role.ports else vocab.DEFAULT_SERVING_PORT
     if proxied:
-        listen = own if own is not None else ROUTING_PROXY_ENGINE_PORT
+        listen = own if own is not None else vocab.ROUTING_PROXY_ENGINE_PORT
         return Ports(service=external, container=external, filled=None if own is not None else listen,
                      engine=listen, proxied=True)
     if role.ports:
@@ -117,7 +105,7 @@ def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str,
     # One proxy port per externally load-balanced data-parallel rank; internal DP is one server.
     data_parallel = (degrees.data_local or degrees.data) if degrees.data_external_lb else 1
     return {
-        "name": ROUTING_PROXY_CONTAINER,
+        "name": vocab.CONTAINER_ROUTING_PROXY,
         "image": ctx.options.routing_sidecar_image,
         "restartPolicy": "Always",
         "args": [
@@ -187,11 +175,11 @@ def _volumes(role: Role, engine: EngineRender) -> tuple[list[dict[str, Any]], li
 def _probes(ports: Ports) -> dict[str, Any]:
     """All three probes follow the external listener (SPEC §11); behind the routing proxy they go
     through it to the engine, so a decoder is Ready (and alive) only when the proxy reaches it."""
-    external = {"httpGet": {"path": PROXIED_READINESS_PATH if ports.proxied else vocab.HEALTH_PATH,
+    external = {"httpGet": {"path": vocab.PROXIED_READINESS_PATH if ports.proxied else vocab.HEALTH_PATH,
                             "port": ports.container}}
     return {
-        "startupProbe": {**external, "periodSeconds": STARTUP_PERIOD_SECONDS,
-                         "failureThreshold": STARTUP_FAILURE_THRESHOLD},
+        "startupProbe": {**external, "periodSeconds": vocab.STARTUP_PERIOD_SECONDS,
+                         "failureThreshold": vocab.STARTUP_FAILURE_THRESHOLD},
         "readinessProbe": {**external, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**external, "periodSeconds": 10, "failureThreshold": 3},
     }
@@ -251,7 +239,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     volumes, mounts = _volumes(guarded.role, rendered)
 
     container: dict[str, Any] = {
-        "name": ENGINE_CONTAINER,
+        "name": vocab.CONTAINER_ENGINE,
         "image": choice.image,
         "command": rendered.argv,
         "ports": _container_ports(role, ports, rendered),
@@ -281,11 +269,11 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     if ctx.routed_pair and role.kind == vocab.ROLE_KIND_PREFILL and ctx.md.spec.router is not None \
             and ctx.md.spec.router.name == vocab.ROUTER_SGLANG:
         # The gateway's discovery reads the bootstrap port from this annotation (no flag exists).
-        annotations[SGLANG_BOOTSTRAP_PORT_ANNOTATION] = str(vocab.PREFILL_BOOTSTRAP_PORT)
+        annotations[vocab.ANNOTATION_SGLANG_BOOTSTRAP_PORT] = str(vocab.PREFILL_BOOTSTRAP_PORT)
     if ctx.md.spec.router is not None and ctx.md.spec.router.name == vocab.ROUTER_LLMD \
             and engine == vocab.ENGINE_SGLANG:
         # llm-d's metrics extractor picks the engine's metric names by this label (vllm by default).
-        pod_labels[LLMD_ENGINE_TYPE_LABEL] = "sglang"
+        pod_labels[vocab.LABEL_LLMD_ENGINE_TYPE] = "sglang"
     if role.topology and role.topology.required_level:
         annotations[vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = role.topology.required_level
     spec: dict[str, Any] = {

@@ -9,14 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from app import quantity
+from app import quantity, vocab
 from app.api.cluster import InstanceType
 from app.api.v1 import RoleResources
-
-EPHEMERAL_STORAGE = Decimal(15 * 2**30)
-RDMA_SHARED = "device.gpustack.ai/rdma.shared"
-RDMA_DEDICATED = "device.gpustack.ai/rdma"
-EFA = "vpc.amazonaws.com/efa"
 
 
 class ResourceError(Exception):
@@ -115,9 +110,9 @@ def interface_requests(resources: RoleResources, protocols: frozenset[str]) -> d
     if not count or count <= 0:
         return {}
     if "efa" in protocols:
-        return {EFA: str(count)}
+        return {vocab.RESOURCE_EFA: str(count)}
     if "rdma" in protocols:
-        return {RDMA_SHARED: "1"} if count == 1 else {RDMA_DEDICATED: str(count)}
+        return {vocab.RESOURCE_RDMA_SHARED: "1"} if count == 1 else {vocab.RESOURCE_RDMA_DEDICATED: str(count)}
     return {}
 
 
@@ -131,7 +126,7 @@ def pod_resources(resources: RoleResources, instance_type: InstanceType, protoco
         out["cpu"] = quantity.cpu(quantity.parse(units.cpu) * share)
     if units.ram is not None:
         out["memory"] = quantity.memory(quantity.parse(units.ram) * share)
-    storage = EPHEMERAL_STORAGE
+    storage = Decimal(vocab.EPHEMERAL_STORAGE_BYTES)
     if instance_type.spec.local_storage is not None:
         storage = min(storage, quantity.parse(instance_type.spec.local_storage))
     out["ephemeral-storage"] = quantity.memory(storage)

@@ -15,7 +15,6 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from app import vocab
-from app.control.gang import RETRY
 from app.control.intents import SetAdmissionCheck
 
 HOOK_LATENCY = Histogram(
@@ -127,7 +126,8 @@ def observe_sync(parent: dict[str, Any], status: dict[str, Any], intents: list[A
     if before and after and before.get("status") != "True" and after.get("status") == "True" \
             and before.get("lastTransitionTime"):
         ADMISSION_WAIT.labels(namespace, name).observe(max(0.0, _seconds(now) - _seconds(before["lastTransitionTime"])))
-    if any(isinstance(i, SetAdmissionCheck) and i.state == RETRY and i.last_transition_time == now for i in intents):
+    if any(isinstance(i, SetAdmissionCheck) and i.state == vocab.CHECK_STATE_RETRY and i.last_transition_time == now
+           for i in intents):
         JOINT_RELEASES.labels(namespace, name).inc()
 
 
