@@ -183,7 +183,14 @@ async def _read_world(source: WorldSource, md: ModelDeployment) -> World:
         raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
 
-async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
+# What a handler decides once the request is ours: (uid, request, the object with its namespace and
+# name filled in, when the review started) -> the answer.
+Judge = Callable[[str, ReviewRequest, dict[str, Any], float], Awaitable[dict[str, Any]]]
+
+
+async def _handle_review(body: Any, what: str, judge: Judge) -> dict[str, Any]:
+    """Both handlers' frame: requests that are not ours are allowed unchanged, the object must be
+    there; a malformed review answers 400 and any failure 500, so the API server always gets an answer."""
     uid = request_uid(body)
     started = time.monotonic()
     try:
@@ -192,7 +199,17 @@ async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
             return answer(uid, allowed=True)
         if not isinstance(request.object, dict):
             raise MalformedReview("request.object is missing")
-        obj = _prepare(request.object, request)
+        return await judge(uid, request, _prepare(request.object, request), started)
+    except MalformedReview as exc:
+        return answer(uid, allowed=False, code=400, reason="BadRequest", message=f"malformed AdmissionReview: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the API server must get a parseable answer
+        log.exception("%s review %s failed", what, uid)
+        return answer(uid, allowed=False, code=500, reason="InternalError",
+                      message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
+
+
+async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
+    async def judge(uid: str, request: ReviewRequest, obj: dict[str, Any], started: float) -> dict[str, Any]:
         if not mutate.roles_to_default(obj):
             return answer(uid, allowed=True)
         md, _errors = validate.parse(obj)
@@ -207,25 +224,13 @@ async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
         log.info("mutate %s %s/%s: %d default(s) in %.0f ms", request.operation, md.metadata.namespace,
                  md.metadata.name, len(ops), (time.monotonic() - started) * 1000)
         return answer(uid, allowed=True, patch=ops)
-    except MalformedReview as exc:
-        return answer(uid, allowed=False, code=400, reason="BadRequest", message=f"malformed AdmissionReview: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the API server must get a parseable answer
-        log.exception("mutating review %s failed", uid)
-        return answer(uid, allowed=False, code=500, reason="InternalError",
-                      message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
+
+    return await _handle_review(body, "mutating", judge)
 
 
 async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owned: bool,
                           max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT) -> dict[str, Any]:
-    uid = request_uid(body)
-    started = time.monotonic()
-    try:
-        request = read_review(body)
-        if _skip(request) is not None:
-            return answer(uid, allowed=True)
-        if not isinstance(request.object, dict):
-            raise MalformedReview("request.object is missing")
-        obj = _prepare(request.object, request)
+    async def judge(uid: str, request: ReviewRequest, obj: dict[str, Any], started: float) -> dict[str, Any]:
         old = request.old_object if request.operation == "UPDATE" and isinstance(request.old_object, dict) else None
         if request.operation == "UPDATE" and old is None:
             raise MalformedReview("an UPDATE carries no request.oldObject")
@@ -242,12 +247,8 @@ async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owne
                  meta.get("namespace"), meta.get("name"), "allowed" if verdict.allowed else "refused",
                  len(verdict.refusals), len(verdict.warnings), (time.monotonic() - started) * 1000)
         return verdict_answer(uid, verdict)
-    except MalformedReview as exc:
-        return answer(uid, allowed=False, code=400, reason="BadRequest", message=f"malformed AdmissionReview: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the API server must get a parseable answer
-        log.exception("validating review %s failed", uid)
-        return answer(uid, allowed=False, code=500, reason="InternalError",
-                      message=f"the ModelDeployment webhook failed while reviewing: {type(exc).__name__}: {exc}")
+
+    return await _handle_review(body, "validating", judge)
 
 
 def verdict_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
