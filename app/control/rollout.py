@@ -45,8 +45,8 @@ from typing import Any
 from app import vocab
 from app.control import observed as obs
 from app.control.intents import DeleteWorkload, Intent, RecordEvent
-from app.render import names
 from app.model.context import DeploymentContext
+from app.render import names
 from app.render.pod import RoleRender, instance_pods
 
 
