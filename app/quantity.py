@@ -24,11 +24,11 @@ LIMIT = Decimal(2**63 - 1)
 _MAX_EXPONENT = 30
 
 
-def unrepresentable(value: object) -> str | None:
+def unrepresentable(value: int | str) -> str | None:
     """Why a quantity cannot be represented (too large), or None. Text that is not a quantity at
     all is not judged here (the CRD pattern and the rules that parse it say so)."""
     try:
-        amount = parse(value)  # type: ignore[arg-type]
+        amount = parse(value)
     except QuantityError as exc:
         return str(exc) if "larger than" in str(exc) else None
     if abs(amount) > LIMIT:

@@ -15,19 +15,20 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app import vocab
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact
+from app.api.objects import KubeObject, ObjectsByName, ObservedGroups
 
 log = logging.getLogger(__name__)
 
-_CLUSTER_KINDS = {
+_CLUSTER_KINDS: dict[str, type[BaseModel]] = {
     vocab.KIND_INSTANCE_TYPE: InstanceType,
     vocab.KIND_KV_CACHE_POOL: KVCachePool,
     vocab.KIND_KV_CACHE_BACKEND: KVCacheBackend,
 }
-_NAMESPACED_KINDS = {
+_NAMESPACED_KINDS: dict[str, type[BaseModel]] = {
     vocab.KIND_KV_CACHE_POOL_BINDING: KVCachePoolBinding,
     vocab.KIND_MODEL_ARTIFACT: ModelArtifact,
 }
@@ -41,7 +42,7 @@ class World:
     bindings: dict[tuple[str, str], KVCachePoolBinding] = field(default_factory=dict)
     artifacts: dict[tuple[str, str], ModelArtifact] = field(default_factory=dict)
     # Kueue Workloads by (namespace, name), kept raw: we read a few status fields only.
-    workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    workloads: dict[tuple[str, str], KubeObject] = field(default_factory=dict)
     # Objects that were read but do not parse, by (kind, namespace, name): why, for the messages
     # that would otherwise say "does not exist".
     malformed: dict[tuple[str, str, str], str] = field(default_factory=dict)
@@ -52,7 +53,7 @@ class World:
     def artifact(self, namespace: str, name: str) -> ModelArtifact | None:
         return self.artifacts.get((namespace, name))
 
-    def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def workload(self, namespace: str, name: str) -> KubeObject | None:
         return self.workloads.get((namespace, name))
 
     def absence(self, kind: str, name: str, namespace: str = "") -> str:
@@ -62,7 +63,7 @@ class World:
             return "does not exist"
         return f"exists but is malformed ({why}), so it cannot be read"
 
-    def add(self, obj: dict[str, Any]) -> None:
+    def add(self, obj: KubeObject) -> None:
         """Adds one object by its kind; objects of other kinds are ignored."""
         kind = obj.get("kind")
         meta = obj.get("metadata") or {}
@@ -80,19 +81,20 @@ class World:
             log.warning("ignoring malformed %s %s/%s: %s", kind, namespace, name, exc.errors()[:3])
             self.malformed[(kind or "", namespace, name)] = parse_problems(exc)
             return
-        if kind == vocab.KIND_INSTANCE_TYPE:
-            self.instance_types[name] = parsed  # type: ignore[assignment]
-        elif kind == vocab.KIND_KV_CACHE_POOL:
-            self.pools[name] = parsed  # type: ignore[assignment]
-        elif kind == vocab.KIND_KV_CACHE_BACKEND:
-            self.backends[name] = parsed  # type: ignore[assignment]
-        elif kind == vocab.KIND_KV_CACHE_POOL_BINDING:
-            self.bindings[(namespace, name)] = parsed  # type: ignore[assignment]
-        elif kind == vocab.KIND_MODEL_ARTIFACT:
-            self.artifacts[(namespace, name)] = parsed  # type: ignore[assignment]
+        # The kind chose the model, so each kind's object is an instance of its own model.
+        if isinstance(parsed, InstanceType):
+            self.instance_types[name] = parsed
+        elif isinstance(parsed, KVCachePool):
+            self.pools[name] = parsed
+        elif isinstance(parsed, KVCacheBackend):
+            self.backends[name] = parsed
+        elif isinstance(parsed, KVCachePoolBinding):
+            self.bindings[(namespace, name)] = parsed
+        elif isinstance(parsed, ModelArtifact):
+            self.artifacts[(namespace, name)] = parsed
 
     @classmethod
-    def of(cls, objects: Iterable[dict[str, Any]]) -> "World":
+    def of(cls, objects: Iterable[KubeObject]) -> "World":
         world = cls()
         for obj in objects:
             if isinstance(obj, dict):
@@ -100,9 +102,9 @@ class World:
         return world
 
     @classmethod
-    def from_related(cls, related: dict[str, dict[str, Any]] | None) -> "World":
+    def from_related(cls, related: ObservedGroups | None) -> "World":
         """Metacontroller v2 `related`: {"Kind.group/version": {"ns/name" or "name": object}}."""
-        objects: list[dict[str, Any]] = []
+        objects: list[KubeObject] = []
         for by_name in (related or {}).values():
             if isinstance(by_name, dict):
                 objects.extend(o for o in by_name.values() if isinstance(o, dict))
@@ -123,20 +125,20 @@ def parse_problems(exc: ValidationError, limit: int = 3) -> str:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def related_map(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def related_map(objects: Iterable[KubeObject]) -> ObservedGroups:
     """Plain objects as Metacontroller's v2 `related` map (the inverse of World.from_related)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ObjectsByName] = {}
     for obj in objects:
         meta = obj.get("metadata") or {}
         key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
         out.setdefault(f"{obj.get('kind')}.{obj.get('apiVersion', '')}", {})[key] = obj
-    return out
+    return dict(out)  # as ObservedGroups (whose groups may be null): dict is invariant in its values
 
 
-def load_yaml_objects(path: Path) -> list[dict[str, Any]]:
+def load_yaml_objects(path: Path) -> list[KubeObject]:
     """Every object in a YAML file or a directory of them (Lists are flattened)."""
     files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
-    objects: list[dict[str, Any]] = []
+    objects: list[KubeObject] = []
     for file in files:
         with file.open() as handle:
             for doc in yaml.load_all(handle, Loader=_LOADER):

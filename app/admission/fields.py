@@ -18,6 +18,7 @@ from typing import Any
 
 from app import vocab
 from app.admission.model import Refusal
+from app.api.objects import KubeObject
 
 # ObjectMeta's fields (k8s.io/apimachinery metav1.ObjectMeta, JSON names): the CRD schema says only
 # `type: object` for metadata, the API server checks it as ObjectMeta.
@@ -34,7 +35,8 @@ NEAR_MISS_CUTOFF = 0.75
 def _schema() -> dict[str, Any]:
     from app.api.crd import model_deployment_crd
 
-    return model_deployment_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema: dict[str, Any] = model_deployment_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def near_miss(key: str, known: list[str]) -> str | None:
@@ -73,7 +75,7 @@ def _walk(value: Any, schema: dict[str, Any], path: str, out: list[Refusal]) -> 
             _walk(item, schema["items"], f"{path}[{index}]", out)
 
 
-def unknown_fields(raw: dict[str, Any]) -> list[Refusal]:
+def unknown_fields(raw: KubeObject) -> list[Refusal]:
     """Every field the CRD schema (or ObjectMeta) does not declare, with its near miss."""
     out: list[Refusal] = []
     _walk(raw, _schema(), "", out)  # metadata: `type: object` there, checked as ObjectMeta below
@@ -84,7 +86,7 @@ def unknown_fields(raw: dict[str, Any]) -> list[Refusal]:
     return out
 
 
-def is_candidate(obj: dict[str, Any]) -> bool:
+def is_candidate(obj: KubeObject) -> bool:
     """An object the user meant as a ModelDeployment: that kind, or a near miss of it in our group."""
     kind = obj.get("kind")
     if kind == vocab.KIND_MODEL_DEPLOYMENT:
@@ -94,7 +96,7 @@ def is_candidate(obj: dict[str, Any]) -> bool:
     return ours and isinstance(kind, str) and near_miss(kind, [vocab.KIND_MODEL_DEPLOYMENT]) is not None
 
 
-def type_refusals(raw: dict[str, Any]) -> list[Refusal]:
+def type_refusals(raw: KubeObject) -> list[Refusal]:
     """apiVersion and kind: the API server serves ModelDeployment as worker.gpustack.ai/v1 only."""
     out: list[Refusal] = []
     api_version = raw.get("apiVersion")
@@ -108,7 +110,7 @@ def type_refusals(raw: dict[str, Any]) -> list[Refusal]:
     return out
 
 
-def corrected(raw: dict[str, Any]) -> dict[str, Any]:
+def corrected(raw: KubeObject) -> KubeObject:
     """The object with each unknown field that has an undeclared near miss renamed to it, so that
     the rules can still run on what the user meant (the refusal of the unknown field stands)."""
     fixed = copy.deepcopy(raw)

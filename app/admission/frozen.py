@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from app import quantity
 from app.admission.model import Refusal, Subject, role_path
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
 
 DIFFERENT_DEPLOYMENT = (
@@ -66,10 +67,10 @@ def _dump(value: Any) -> Any:
 
 
 def _same(old: Any, new: Any) -> bool:
-    return _dump(old) == _dump(new)
+    return bool(_dump(old) == _dump(new))
 
 
-def _lacks(raw: dict[str, Any], keys: tuple[Any, ...]) -> bool:
+def _lacks(raw: KubeObject, keys: tuple[Any, ...]) -> bool:
     """True when the object as sent carries no value at this path (absent or null)."""
     node: Any = raw
     for key in keys:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
 from app.world import World
 
@@ -57,9 +58,9 @@ class Subject:
     """
 
     md: ModelDeployment
-    raw: dict[str, Any]
+    raw: KubeObject
     old: ModelDeployment | None = None
-    old_raw: dict[str, Any] | None = None
+    old_raw: KubeObject | None = None
     world: World | None = None
     kv_cache_dtype_owned: bool = True
     # Rule 21: MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT.
@@ -80,7 +81,7 @@ class Subject:
     def old_role(self, name: str) -> Role | None:
         return self.old.role(name) if self.old is not None else None
 
-    def raw_role(self, index: int) -> dict[str, Any]:
+    def raw_role(self, index: int) -> KubeObject:
         roles = (self.raw.get("spec") or {}).get("roles") or []
         role = roles[index] if index < len(roles) else None
         return role if isinstance(role, dict) else {}

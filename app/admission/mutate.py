@@ -12,23 +12,24 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from app.api.objects import KubeObject
 from app.world import World
 
 DEFAULT_ACCELERATOR = 1
 
 
-def _roles(raw: dict[str, Any]) -> list[Any]:
+def _roles(raw: KubeObject) -> list[Any]:
     spec = raw.get("spec")
     roles = spec.get("roles") if isinstance(spec, dict) else None
     return roles if isinstance(roles, list) else []
 
 
-def _deleting(raw: dict[str, Any]) -> bool:
+def _deleting(raw: KubeObject) -> bool:
     meta = raw.get("metadata")
     return bool(isinstance(meta, dict) and meta.get("deletionTimestamp"))
 
 
-def roles_to_default(raw: dict[str, Any]) -> list[tuple[int, str]]:
+def roles_to_default(raw: KubeObject) -> list[tuple[int, str]]:
     """(index, instanceType) of every role whose accelerator is unset; empty for an object being deleted."""
     if _deleting(raw):
         return []
@@ -45,7 +46,7 @@ def roles_to_default(raw: dict[str, Any]) -> list[tuple[int, str]]:
     return out
 
 
-def accelerator_defaults(raw: dict[str, Any], world: World) -> list[dict[str, Any]]:
+def accelerator_defaults(raw: KubeObject, world: World) -> list[dict[str, Any]]:
     """The JSONPatch (RFC 6902) operations that default the accelerator count."""
     ops: list[dict[str, Any]] = []
     roles = _roles(raw)
@@ -63,7 +64,7 @@ def accelerator_defaults(raw: dict[str, Any], world: World) -> list[dict[str, An
     return ops
 
 
-def apply_patch(raw: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+def apply_patch(raw: KubeObject, ops: list[dict[str, Any]]) -> KubeObject:
     """Applies our own `add` operations (what the API server does with the patch), on a copy."""
     out = copy.deepcopy(raw)
     for op in ops:

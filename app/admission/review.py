@@ -29,6 +29,7 @@ from typing import Any, Awaitable, Callable
 from app import vocab
 from app.admission import fields, mutate, validate
 from app.admission.model import Notice, Refusal, Verdict
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
 from app.world import World, load_yaml_objects
@@ -142,7 +143,7 @@ def _unreachable(uid: str, detail: str) -> dict[str, Any]:
     return answer(uid, allowed=False, code=503, reason="ServiceUnavailable", message=message)
 
 
-def _prepare(obj: dict[str, Any], request: ReviewRequest) -> dict[str, Any]:
+def _prepare(obj: KubeObject, request: ReviewRequest) -> KubeObject:
     """The object with the namespace and name the request carries, when the object itself omits them."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -242,7 +243,7 @@ async def validate_review(body: Any, source: WorldSource, *, kv_cache_dtype_owne
             except ClusterUnreachable as exc:
                 return _unreachable(uid, str(exc))
         verdict = validate.validate(obj, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned, max_pods=max_pods)
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = found if isinstance(found := obj.get("metadata"), dict) else {}
         log.info("validate %s %s/%s: %s (%d refusal(s), %d warning(s)) in %.0f ms", request.operation,
                  meta.get("namespace"), meta.get("name"), "allowed" if verdict.allowed else "refused",
                  len(verdict.refusals), len(verdict.warnings), (time.monotonic() - started) * 1000)
@@ -260,8 +261,8 @@ def verdict_answer(uid: str, verdict: Verdict) -> dict[str, Any]:
 # --- offline: `modeldeployment validate -f md.yaml [--world DIR] [--old old.yaml]` -------------
 
 
-def _review(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+def _review(obj: KubeObject, old: KubeObject | None, uid: str) -> dict[str, Any]:
+    meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     return {"apiVersion": API_VERSION, "kind": KIND, "request": {
         "uid": uid, "operation": "UPDATE" if old is not None else "CREATE",
         "kind": {"group": vocab.GROUP, "version": vocab.VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT},
@@ -271,7 +272,7 @@ def _review(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> dict[s
     }}
 
 
-async def review_offline(obj: dict[str, Any], old: dict[str, Any] | None, world: World, *,
+async def review_offline(obj: KubeObject, old: KubeObject | None, world: World, *,
                          kv_cache_dtype_owned: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the API server would do: the mutating webhook, its patch applied, then the validating one."""
 
@@ -306,7 +307,7 @@ def _message_lines(message: str) -> list[str]:
     return lines
 
 
-def offline_verdict(obj: dict[str, Any], old: dict[str, Any] | None, world: World, *,
+def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
                     kv_cache_dtype_owned: bool) -> OfflineVerdict:
     """The API server's own checks first (apiVersion, kind, strict unknown fields, as kubectl's
     strict field validation asks), then both webhooks on what the user meant (a near-miss field
@@ -325,7 +326,7 @@ def offline_verdict(obj: dict[str, Any], old: dict[str, Any] | None, world: Worl
     return OfflineVerdict(False, message, warnings)
 
 
-def _deployments(path: Path) -> list[dict[str, Any]]:
+def _deployments(path: Path) -> list[KubeObject]:
     """The ModelDeployments of a file, and objects of our group whose kind is a near miss of it."""
     return [o for o in load_yaml_objects(path) if fields.is_candidate(o)]
 
@@ -360,7 +361,7 @@ def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cac
     return status
 
 
-def _print_verdicts(deployments: list[dict[str, Any]], olds: list[dict[str, Any]], old_by_name: dict[Any, Any],
+def _print_verdicts(deployments: list[KubeObject], olds: list[KubeObject], old_by_name: dict[Any, Any],
                     cluster: World, kv_cache_dtype_owned: bool, out: Any, err: Any) -> int:
     status = 0
     for obj in deployments:

@@ -18,6 +18,7 @@ from typing import Any
 from app import quantity, vocab
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
+from app.api.objects import KubeObject
 from app.api.v1 import Role
 from app.control import bounds
 from app.engines import router_flags
@@ -37,7 +38,7 @@ AGENT = {vocab.ROLE_KIND_PREFILL: "prefiller", vocab.ROLE_KIND_DECODE: "decoder"
 # --- shape: rules 1, 2, 8, 9, 10, 11, 17 ------------------------------------------------------
 
 
-def too_many_roles(raw: dict[str, Any]) -> list[Refusal]:
+def too_many_roles(raw: KubeObject) -> list[Refusal]:
     """Rule 1, read from the object as sent (a model with 11 roles does not parse)."""
     roles = (raw.get("spec") or {}).get("roles") if isinstance(raw.get("spec"), dict) else None
     if isinstance(roles, list) and len(roles) > vocab.MAX_ROLES:
@@ -664,6 +665,7 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
         if value is None:
             continue
         path = role_path(index, "resources", "interface")
+        problem: str | None
         try:
             count = quantity.whole(value)
         except quantity.QuantityError:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from app import vocab
 from app.admission import cmdline, frozen, rules
 from app.admission.model import Notice, Refusal, Subject, Verdict
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
 from app.world import World
 
@@ -124,7 +125,7 @@ def _delete(document: Any, path: tuple[Any, ...]) -> None:
     node.pop(path[-1], None)
 
 
-def repair(raw: Any) -> tuple[dict[str, Any], ModelDeployment] | None:
+def repair(raw: Any) -> tuple[KubeObject, ModelDeployment] | None:
     """The object without the values the schema refuses (their defaults apply), parsed; None when a
     required field is missing or a refused value cannot be taken out."""
     if not isinstance(raw, dict):
@@ -140,6 +141,7 @@ def repair(raw: Any) -> tuple[dict[str, Any], ModelDeployment] | None:
             targets = {_target(fixed, tuple(e.get("loc", ()))) for e in errors}
             if None in targets:
                 return None
+            # None is ruled out just above; mypy does not narrow a set's element type.
             for path in sorted(targets, key=len, reverse=True):  # type: ignore[arg-type]
                 _delete(fixed, path)  # type: ignore[arg-type]
         except (TypeError, ValueError):  # pragma: no cover - pydantic wraps these
@@ -152,7 +154,7 @@ def is_deleting(raw: Any) -> bool:
     return bool(isinstance(meta, dict) and meta.get("deletionTimestamp"))
 
 
-def validate(raw: dict[str, Any], old_raw: dict[str, Any] | None, world: World | None, *,
+def validate(raw: KubeObject, old_raw: KubeObject | None, world: World | None, *,
              kv_cache_dtype_owned: bool = True, max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT) -> Verdict:
     """Every refusal and warning for `raw` (an update when `old_raw` is given).
 

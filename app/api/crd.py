@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from app import vocab
 from app.api import cluster, v1
+from app.api.objects import KubeObject
 
 # Defaults that carry no information would be written into every stored object; keep scalars only.
 _DROPPED_KEYS = {"title"}
@@ -22,7 +23,8 @@ def structural(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI schema of a model, with every `$ref` inlined."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
-    return _clean(raw, defs)
+    schema: dict[str, Any] = _clean(raw, defs)
+    return schema
 
 
 def _clean(node: Any, defs: dict[str, Any]) -> Any:
@@ -79,7 +81,7 @@ def _crd(
     status_schema: dict[str, Any],
     printer_columns: list[dict[str, Any]] | None = None,
     spec_required: bool = True,
-) -> dict[str, Any]:
+) -> KubeObject:
     properties: dict[str, Any] = {
         "apiVersion": {"type": "string", "description": "APIVersion of this representation of the object."},
         "kind": {"type": "string", "description": "Kind of the object."},
@@ -123,7 +125,7 @@ def _age() -> dict[str, Any]:
     return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
-def model_deployment_crd() -> dict[str, Any]:
+def model_deployment_crd() -> KubeObject:
     spec = structural(v1.ModelDeploymentSpec)
     spec["description"] = "Desired state: the model, the engine and 1-10 inference roles."
     status = structural(v1.ModelDeploymentStatus)
@@ -148,12 +150,15 @@ def model_deployment_crd() -> dict[str, Any]:
 
 
 def _supporting(model: type[BaseModel], field: str) -> dict[str, Any]:
+    # Every caller's `spec`/`status` field is annotated with a model class; pydantic types an
+    # annotation as `type[Any] | None`.
     schema = structural(model.model_fields[field].annotation)  # type: ignore[arg-type]
     return _preserving(schema)
 
 
-def supporting_crds() -> list[dict[str, Any]]:
-    rows = [
+def supporting_crds() -> list[KubeObject]:
+    # (model, kind, plural, short names, scope, description, printer columns)
+    rows: list[tuple[type[BaseModel], str, str, list[str], str, str, list[dict[str, Any]]]] = [
         (cluster.InstanceType, vocab.KIND_INSTANCE_TYPE, vocab.PLURAL_INSTANCE_TYPES, ["instype"], "Cluster",
          "InstanceType: a pool of identical nodes and its Kueue entrance (read by ModelDeployment).",
          [{"name": "Entrance", "type": "string", "jsonPath": ".status.entrance"},
@@ -184,7 +189,7 @@ def supporting_crds() -> list[dict[str, Any]]:
     return crds
 
 
-def all_crds() -> dict[str, dict[str, Any]]:
+def all_crds() -> dict[str, KubeObject]:
     """File name -> CRD, in a stable order."""
     crds = [model_deployment_crd(), *supporting_crds()]
     return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}

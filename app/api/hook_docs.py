@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, ModelDeploymentStatus
 
 KEYED = ("Objects keyed `<Kind>.<apiVersion>` (e.g. `Pod.v1`), then `<namespace>/<name>` "
@@ -23,11 +24,11 @@ class SyncRequest(BaseModel):
     """Metacontroller's sync or finalize request for one ModelDeployment."""
 
     model_config = ConfigDict(title="SyncRequest")
-    controller: dict[str, Any] = Field(default_factory=dict, description="The CompositeController object.")
+    controller: KubeObject = Field(default_factory=dict, description="The CompositeController object.")
     parent: ModelDeployment = Field(description="The ModelDeployment, as stored (status included).")
-    children: dict[str, dict[str, dict[str, Any]]] = Field(
+    children: dict[str, dict[str, KubeObject]] = Field(
         default_factory=dict, description=f"The observed children. {KEYED}")
-    related: dict[str, dict[str, dict[str, Any]]] = Field(
+    related: dict[str, dict[str, KubeObject]] = Field(
         default_factory=dict,
         description=f"The objects the customize hook asked for (InstanceTypes, KV cache pool, binding and "
                     f"backend, ModelArtifact, Kueue Workloads). {KEYED}")
@@ -39,14 +40,14 @@ class SyncResponse(BaseModel):
 
     model_config = ConfigDict(title="SyncResponse", populate_by_name=True)
     status: ModelDeploymentStatus
-    children: list[dict[str, Any]] = Field(description="Every desired child: Pods, Services, router objects.")
+    children: list[KubeObject] = Field(description="Every desired child: Pods, Services, router objects.")
     resyncAfterSeconds: float | None = Field(default=None, description="Ask for another pass after this long.")
     finalized: bool | None = Field(default=None, description="On /hooks/finalize: true once every child is gone.")
 
 
 class CustomizeRequest(BaseModel):
     model_config = ConfigDict(title="CustomizeRequest")
-    controller: dict[str, Any] = Field(default_factory=dict)
+    controller: KubeObject = Field(default_factory=dict)
     parent: ModelDeployment
 
 
@@ -78,7 +79,7 @@ _ERRORS = {
            "needs an edit); a RenderFailed Event says why",
     "500": "an internal error",
 }
-_HOOKS = {
+_HOOKS: dict[str, tuple[type[BaseModel], type[BaseModel], tuple[str, ...]]] = {
     "/hooks/sync": (SyncRequest, SyncResponse, ("400", "422", "429", "500")),
     "/hooks/finalize": (SyncRequest, SyncResponse, ("400", "422", "429", "500")),
     "/hooks/customize": (CustomizeRequest, CustomizeResponse, ("400", "422", "500")),
@@ -97,7 +98,7 @@ def describe_hooks(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = default()
-        models = [SyncRequest, SyncResponse, CustomizeRequest, CustomizeResponse, HookError]
+        models: list[type[BaseModel]] = [SyncRequest, SyncResponse, CustomizeRequest, CustomizeResponse, HookError]
         _, definitions = models_json_schema([(m, "validation") for m in models],
                                             ref_template="#/components/schemas/{model}")
         schema.setdefault("components", {}).setdefault("schemas", {}).update(definitions.get("$defs", {}))
@@ -115,4 +116,5 @@ def describe_hooks(app: FastAPI) -> None:
         app.openapi_schema = schema
         return schema
 
+    # Replacing the method is FastAPI's documented way to extend the generated schema.
     app.openapi = openapi  # type: ignore[method-assign]

@@ -6,31 +6,33 @@ the protocol defines, since v2 parses them strictly.
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypedDict
+from typing import Any, Mapping, Optional, TypedDict
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.objects import KubeObject, ObservedGroups
 
 
 class HookRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    controller: dict[str, Any] = Field(default_factory=dict)
-    parent: dict[str, Any]
+    controller: KubeObject = Field(default_factory=dict)
+    parent: KubeObject
     # {"Pod.v1": {"namespace/name": object}, ...}
-    children: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
-    related: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    children: ObservedGroups = Field(default_factory=dict)
+    related: ObservedGroups = Field(default_factory=dict)
     finalizing: bool = False
 
 
 class CustomizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    controller: dict[str, Any] = Field(default_factory=dict)
-    parent: dict[str, Any]
+    controller: KubeObject = Field(default_factory=dict)
+    parent: KubeObject
 
 
-def sync_response(status: dict[str, Any], children: list[dict[str, Any]], resync_after: float | None,
+def sync_response(status: KubeObject, children: list[KubeObject], resync_after: float | None,
                   finalized: bool | None = None) -> dict[str, Any]:
     """Never built with a missing `children` or `status`: a 200 without them deletes or wipes."""
     body: dict[str, Any] = {"status": status, "children": children}
@@ -54,11 +56,12 @@ def sync_response(status: dict[str, Any], children: list[dict[str, Any]], resync
 _OBJECT_META_FIELDS = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
                        "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
                        "ownerReferences", "finalizers")
+# mypy reads a TypedDict's keys only from a literal; msgspec reads these at run time.
 _ObjectMeta = TypedDict("_ObjectMeta", {name: Any for name in _OBJECT_META_FIELDS}, total=False)  # type: ignore[misc]
 # The kinds read this way have exactly these top-level fields in their API schema.
-_Object = TypedDict("_Object", {"apiVersion": Any, "kind": Any, "metadata": _ObjectMeta, "spec": Any,  # type: ignore[misc]
+_Object = TypedDict("_Object", {"apiVersion": Any, "kind": Any, "metadata": _ObjectMeta, "spec": Any,
                                 "status": Any}, total=False)
-_Request = TypedDict("_Request", {"controller": Any, "parent": Any, "finalizing": Any,  # type: ignore[misc]
+_Request = TypedDict("_Request", {"controller": Any, "parent": Any, "finalizing": Any,
                                   "children": dict[str, msgspec.Raw], "related": dict[str, msgspec.Raw]}, total=False)
 
 _STRIPPED_GROUPS = frozenset({"Pod.v1", "Service.v1", "Deployment.apps/v1"})
@@ -74,7 +77,7 @@ def _group(key: str, raw: msgspec.Raw) -> Any:
     return (_objects_decoder if stripped else _any_decoder).decode(raw)
 
 
-def read_sync_request(raw: bytes) -> dict[str, Any] | None:
+def read_sync_request(raw: bytes) -> Mapping[str, Any] | None:
     """A sync/finalize request body as plain JSON values, without `managedFields` (see above).
 
     None when the body is not shaped like a hook request (not JSON, not an object, an observed

@@ -19,6 +19,7 @@ from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
 from app.world import World
 
@@ -54,7 +55,7 @@ def load_config(kubeconfig: Path | None) -> KubeConfig | None:
         return None
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+def _plain(obj: Any) -> KubeObject:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
@@ -71,7 +72,7 @@ class Kube:
 
     # --- reads for admission -----------------------------------------------------------------
 
-    async def _get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    async def _get(self, res: Any, name: str, namespace: str | None = None) -> KubeObject | None:
         try:
             return _plain(await self.client.get(res, name, namespace=namespace))
         except ApiError as exc:
@@ -79,7 +80,7 @@ class Kube:
                 return None
             raise ClusterUnreachable(f"the API server refused to read {res.__name__} {name!r}: {exc.status.message}") from exc
 
-    async def _list(self, res: Any, kind: str) -> list[dict[str, Any]]:
+    async def _list(self, res: Any, kind: str) -> list[KubeObject]:
         try:
             # List items may come without apiVersion/kind; the World files objects by kind.
             return [{"apiVersion": vocab.API_VERSION, "kind": kind, **_plain(obj)} async for obj in self.client.list(res)]
@@ -106,14 +107,14 @@ class Kube:
                 results = await asyncio.gather(*reads, *lists)
         except (httpx2.HTTPError, OSError, TimeoutError) as exc:
             raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
-        objects: list[dict[str, Any]] = [o for o in results[:len(reads)] if o]
+        objects: list[KubeObject] = [o for o in results[:len(reads)] if o]
         for listed in results[len(reads):]:
             objects.extend(listed)
         return World.of(objects)
 
     # --- side effects ------------------------------------------------------------------------
 
-    async def model_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def model_deployment(self, namespace: str, name: str) -> KubeObject | None:
         """The live parent (None when it does not exist): the executor's check before any side effect."""
         try:
             return _plain(await self.client.get(ModelDeploymentRes, name, namespace=namespace))
@@ -122,7 +123,7 @@ class Kube:
                 return None
             raise
 
-    async def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def workload(self, namespace: str, name: str) -> KubeObject | None:
         try:
             return _plain(await self.client.get(WorkloadRes, name, namespace=namespace))
         except ApiError as exc:
@@ -141,7 +142,9 @@ class Kube:
         request = generic.prepare_request("delete", res=WorkloadRes, name=name, namespace=namespace)
         request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            generic.handle_response("delete", await generic.send(generic.build_adapter_request(request)), request)
+            # lightkube leaves its generic client's `send` unannotated (it returns httpx2's Response).
+            sent = await generic.send(generic.build_adapter_request(request))  # type: ignore[no-untyped-call]
+            generic.handle_response("delete", sent, request)
         except ApiError as exc:
             if exc.status.code == 404:
                 return True
@@ -150,23 +153,26 @@ class Kube:
             raise
         return True
 
-    async def create_event(self, body: dict[str, Any]) -> None:
+    async def create_event(self, body: KubeObject) -> None:
         """Creates the Event once; a second create of the same occurrence is a no-op."""
         try:
-            await self.client.create(Event.from_dict(body), namespace=body["metadata"]["namespace"])
+            # lightkube's create() takes `namespace=` for any namespaced resource, but its overloads
+            # declare it only for subresources (and from_dict is annotated as returning DictMixin).
+            await self.client.create(Event.from_dict(body),  # type: ignore[call-overload]
+                                     namespace=body["metadata"]["namespace"])
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
 
-    async def apply_workload_check(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def apply_workload_check(self, namespace: str, name: str, body: KubeObject) -> None:
         """Server-side apply of our admission-check entry on workloads/status, as its controller."""
         await self.client.patch(WorkloadRes.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
                                 field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
 
-    async def admission_check(self) -> dict[str, Any] | None:
+    async def admission_check(self) -> KubeObject | None:
         return await self._get(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME)
 
-    async def apply_admission_check(self, spec_body: dict[str, Any], status_body: dict[str, Any] | None) -> None:
+    async def apply_admission_check(self, spec_body: KubeObject, status_body: KubeObject | None) -> None:
         """Keeps our AdmissionCheck present and Active (or the ClusterQueues using it go inactive)."""
         await self.client.patch(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME, spec_body, patch_type=PatchType.APPLY,
                                 field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)

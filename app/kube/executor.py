@@ -25,6 +25,7 @@ from functools import lru_cache
 from lightkube.core.exceptions import ApiError
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.kube.client import Kube
 from app.render import names
@@ -39,7 +40,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def event_body(intent: RecordEvent, now: str) -> dict:
+def event_body(intent: RecordEvent, now: str) -> KubeObject:
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -58,7 +59,7 @@ def event_body(intent: RecordEvent, now: str) -> dict:
     }
 
 
-def workload_check_body(intent: SetAdmissionCheck) -> dict:
+def workload_check_body(intent: SetAdmissionCheck) -> KubeObject:
     metadata = {"name": intent.workload, "namespace": intent.namespace}
     if intent.resource_version:
         metadata["resourceVersion"] = intent.resource_version
@@ -75,7 +76,7 @@ def workload_check_body(intent: SetAdmissionCheck) -> dict:
     }
 
 
-def admission_check_bodies(now: str) -> tuple[dict, dict]:
+def admission_check_bodies(now: str) -> tuple[KubeObject, KubeObject]:
     spec = {"apiVersion": vocab.KUEUE_API_VERSION, "kind": "AdmissionCheck",
             "metadata": {"name": vocab.ADMISSION_CHECK_NAME},
             "spec": {"controllerName": vocab.ADMISSION_CHECK_CONTROLLER}}
@@ -107,7 +108,7 @@ class ParentMismatch(Exception):
         self.status_code = status_code
 
 
-async def confirm_parent(kube: Kube, parent: ParentRef) -> dict:
+async def confirm_parent(kube: Kube, parent: ParentRef) -> KubeObject:
     """The live parent, or ParentMismatch when it is not the one the request names."""
     live = await kube.model_deployment(parent.namespace, parent.name)
     if live is None:
@@ -130,7 +131,7 @@ def _pod_groups(namespace: str, deployment: str, roles: tuple[str, ...]) -> dict
             for role in roles for ordinal in range(vocab.MAX_ROLE_REPLICAS)}
 
 
-def live_roles(live: dict) -> tuple[str, ...]:
+def live_roles(live: KubeObject) -> tuple[str, ...]:
     roles = (live.get("spec") or {}).get("roles") or []
     return tuple(sorted(r["name"] for r in roles if isinstance(r, dict) and isinstance(r.get("name"), str)))
 
@@ -149,7 +150,7 @@ def foreign(intent: Intent, parent: ParentRef, groups: dict[str, tuple[str, int]
     return None
 
 
-def owners_tie(workload: dict, parent: ParentRef, role: str, ordinal: int) -> str | None:
+def owners_tie(workload: KubeObject, parent: ParentRef, role: str, ordinal: int) -> str | None:
     """Why a Workload's owners do not tie it to the parent's replica (None when they do or it has none).
 
     Kueue owns a plain-pod-group Workload by the group's Pods, all named `<deployment>-<role>-r<k>-…`."""

@@ -11,15 +11,16 @@ import gc
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.api import strict
 from app.api.hooks import CustomizeRequest, HookRequest, read_sync_request, sync_response
+from app.api.objects import KubeObject
 from app.control.intents import Intent
 from app.control.sync import SyncFailed, SyncSettings, customize, reconcile
 from app.kube.executor import ParentMismatch, ParentRef, utc_now
@@ -68,7 +69,10 @@ def _answer_bytes(answer: dict[str, Any]) -> bytes:
                           "Kubernetes objects as the API server stores them") from exc
 
 
-def _validate(body: Any, model: type) -> Any:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validate(body: Any, model: type[_Model]) -> _Model:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -113,7 +117,7 @@ class _RenderFailed(Exception):
         self.failure = failure
 
 
-def _parent_ref(parent: dict[str, Any]) -> ParentRef:
+def _parent_ref(parent: KubeObject) -> ParentRef:
     meta = parent["metadata"]
     return ParentRef(namespace=meta.get("namespace") or "", name=meta["name"], uid=meta["uid"])
 
@@ -168,17 +172,17 @@ async def _reconcile(request: Request, hook: str) -> Response:
         log.warning("%s hook: %s", hook, exc)
         return _error(exc.status_code, str(exc))
     except _RenderFailed as failed:
-        exc = failed.failure
+        failure = failed.failure
         HOOK_ERRORS.labels(hook, "render_failed").inc()
         try:
-            await state.executor.run(failed.parent, exc.intents)
+            await state.executor.run(failed.parent, failure.intents)
         except ParentMismatch as mismatch:
             HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
             return _error(mismatch.status_code, str(mismatch))
-        retry = RETRY_SOON_SECONDS if exc.resolves_later else RETRY_LATER_SECONDS
-        log.warning("render failed: %s", exc)
+        retry = RETRY_SOON_SECONDS if failure.resolves_later else RETRY_LATER_SECONDS
+        log.warning("render failed: %s", failure)
         # 429 + Retry-After: Metacontroller requeues without touching children or status.
-        return _error(429, f"render failed: {exc}", {"Retry-After": str(retry)})
+        return _error(429, f"render failed: {failure}", {"Retry-After": str(retry)})
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
         HOOK_ERRORS.labels(hook, "internal").inc()
         log.exception("%s hook failed", hook)

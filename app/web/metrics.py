@@ -15,7 +15,8 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from app import vocab
-from app.control.intents import SetAdmissionCheck
+from app.api.objects import KubeObject
+from app.control.intents import Intent, SetAdmissionCheck
 
 HOOK_LATENCY = Histogram(
     "modeldeployment_hook_duration_seconds", "Metacontroller hook latency by hook", ["hook"],
@@ -87,16 +88,16 @@ def _seconds(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def _condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+def _condition(status: KubeObject | None, type_: str) -> dict[str, Any] | None:
     return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
 
 
-def _key(parent: dict[str, Any]) -> tuple[str, str]:
+def _key(parent: KubeObject) -> tuple[str, str]:
     meta = parent.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
 
 
-def observe_sync(parent: dict[str, Any], status: dict[str, Any], intents: list[Any], finalized: bool | None,
+def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], finalized: bool | None,
                  now: str) -> None:
     """Records one answered sync (or finalize) pass of a deployment."""
     namespace, name = _key(parent)
@@ -131,7 +132,7 @@ def observe_sync(parent: dict[str, Any], status: dict[str, Any], intents: list[A
         JOINT_RELEASES.labels(namespace, name).inc()
 
 
-def observe_render_failure(parent: dict[str, Any], resolves_later: bool) -> None:
+def observe_render_failure(parent: KubeObject, resolves_later: bool) -> None:
     namespace, name = _key(parent)
     _track(namespace, name)
     RENDER_FAILURES.labels(namespace, name, "retryable" if resolves_later else "spec").inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -43,6 +44,7 @@ def nested_deeper_than(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         current, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(current, dict):
             children = current.values()
         elif isinstance(current, list):
@@ -55,7 +57,7 @@ def nested_deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-async def _body(request: Request) -> dict | Response:
+async def _body(request: Request) -> dict[str, Any] | Response:
     raw = await request.body()
     try:
         body = json.loads(raw)

@@ -15,6 +15,7 @@ import sysconfig
 import time
 import tomllib
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,16 @@ def installed(tmp_path_factory) -> Path:
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "zz_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv / "bin"
+
+
+def test_wheel_carries_the_declared_package_data(installed):
+    """py.typed (app/ is type-checked: PEP 561) and the data files pyproject declares."""
+    (wheel,) = (installed.parent.parent / "dist").glob("modeldeployment-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "app/py.typed" in names
+    assert any(n.startswith("app/data/world/") and n.endswith(".yaml") for n in names)
+    assert any(n.startswith("app/engines/data/") and n.endswith(".json") for n in names)
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
