@@ -189,16 +189,19 @@ class Observer:
         self.local = httpx.Client(timeout=30)
         self.baseline_port = baseline_port
 
-    def table(self, path: str) -> list[dict[str, Any]]:
-        response = self.api.get(path, params={"includeObject": "Metadata"}, headers={"Accept": TABLE})
+    def table(self, path: str, metadata: bool = True) -> list[dict[str, Any]]:
+        """Rows as the Table view (cells by column); with `metadata`, each object's metadata too
+        (annotations included: at 1,000 Pods several MB, so it is asked only when needed)."""
+        response = self.api.get(path, params={"includeObject": "Metadata" if metadata else "None"},
+                                headers={"Accept": TABLE})
         response.raise_for_status()
         body = orjson.loads(response.content)
         columns = [c["name"] for c in body.get("columnDefinitions") or []]
         return [{"cells": dict(zip(columns, row["cells"])), "meta": (row.get("object") or {}).get("metadata") or {}}
                 for row in body.get("rows") or []]
 
-    def pods(self) -> list[dict[str, Any]]:
-        return self.table(f"/api/v1/namespaces/{NAMESPACE}/pods")
+    def pods(self, metadata: bool = True) -> list[dict[str, Any]]:
+        return self.table(f"/api/v1/namespaces/{NAMESPACE}/pods", metadata)
 
     def deployments(self) -> list[dict[str, Any]]:
         response = self.api.get(f"/apis/worker.gpustack.ai/v1/namespaces/{NAMESPACE}/modeldeployments")
@@ -206,7 +209,7 @@ class Observer:
         return orjson.loads(response.content)["items"]
 
     def count(self, path: str) -> int:
-        response = self.api.get(path, params={"limit": 500}, headers={"Accept": TABLE})
+        response = self.api.get(path, params={"limit": 500, "includeObject": "None"}, headers={"Accept": TABLE})
         response.raise_for_status()
         return len(orjson.loads(response.content).get("rows") or [])
 
@@ -386,6 +389,12 @@ class Pass:
         return pods, fingerprints
 
     def converged(self, want_pods: int, fingerprints: set[str], generation: int) -> bool:
+        # First the cheap view (name, ready, status): a terminating Pod shows as "Terminating".
+        rows = self.obs.pods(metadata=False)
+        ready = sum(1 for r in rows if _ready_cell(r["cells"].get("Ready")) and r["cells"].get("Status") != "Terminating")
+        if len(rows) != want_pods or ready != want_pods:
+            self.state = f"{ready}/{want_pods} Pods Ready, {len(rows)} Pods"
+            return False
         rows = self.obs.pods()
         live = [r for r in rows if not r["meta"].get("deletionTimestamp")]
         ready = sum(1 for r in live if _ready_cell(r["cells"].get("Ready")))
@@ -466,8 +475,9 @@ def point_hooks(cp: e2e_cluster.ControlPlane, port: int) -> None:
     cp.kubectl("patch", "compositecontroller", "modeldeployment", "--type=json", "-p", json.dumps(patch))
 
 
-def run(sizes: list[int], out: Path, modes: tuple[str, ...]) -> dict[str, Any]:
-    results: dict[str, Any] = {"sizes": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -> dict[str, Any]:
+    results: dict[str, Any] = {"sizes": {}, "source": source,
+                               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     cp = e2e_cluster.ControlPlane(nodes=(node_pool(),))
     failed = True
@@ -529,15 +539,29 @@ def _healthy(obs: Observer, port: int) -> bool:
         return False
 
 
+def _source() -> str:
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "app"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        return f"commit {commit}" + (" +dirty app/" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100")
     parser.add_argument("--out", type=Path, default=ROOT / "bench")
     parser.add_argument("--modes", default="operator,baseline")
+    parser.add_argument("--source", default=None, help="what code ran (default: this tree's git commit, +dirty)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    results = run(sizes, args.out, tuple(args.modes.split(",")))
+    results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source())
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     partial = args.out / "e2e-scale.partial.json"
     if partial.exists():

@@ -61,7 +61,8 @@ def goals(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 def section(results: dict[str, Any]) -> str:
     sizes = _sizes(results)
     lines = [BEGIN, "", "## Scale on the real stack: N deployments through Metacontroller (bench/e2e-scale.sh)", "",
-             f"Run {results.get('started', '?')} -> {results.get('finished', '?')} on {results.get('cpus', '?')} "
+             f"Run {results.get('started', '?')} -> {results.get('finished', '?')} ({results.get('source', '?')}) on "
+             f"{results.get('cpus', '?')} "
              f"shared CPUs; load average (1/5/15 min) {results.get('loadavg_start')} at start, "
              f"{results.get('loadavg_end')} at end (each phase's own is in e2e-scale.json). Loopback control plane "
              "of tests/e2e (etcd, kube-apiserver, controller-manager, scheduler, Kueue v0.19.0, kwok, "
@@ -152,6 +153,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
         for phase in PHASES:
             ax.plot(sizes, [results["sizes"][str(n)][mode][phase]["seconds"] for n in sizes], styles[phase],
                     color=color, label=f"{'ours' if mode == 'operator' else 'baseline'}: {phase}")
+    if len(sizes) >= 2:  # where linear growth from the smallest N would put ours' apply
+        first = results["sizes"][str(sizes[0])]["operator"]["apply"]["seconds"]
+        ax.plot(sizes, [first * n / sizes[0] for n in sizes], ":", color="#d62728", linewidth=1,
+                label="linear in N (from ours' apply)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(sizes)
