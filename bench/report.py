@@ -13,6 +13,7 @@ GOAL_EXPONENT = 1.1
 GOAL_THROUGHPUT = 0.5
 GOAL_SYNC_FLOOR_THROUGHPUT = 0.9
 GOAL_WEBHOOK = 3.0
+HAND_WRITTEN = "## Sync at the Pod bound"
 
 
 def _ms(seconds: float) -> str:
@@ -266,6 +267,12 @@ def write(results: dict[str, Any], out: Path) -> None:
         text += "\n(no plot: matplotlib could not be installed)\n"
     else:
         text = text.replace("## Goals", "![results](results.png)\n\n## Goals", 1)
+    # Hand-written sections (bench/bound.py, bench/fuzz.py runs) are kept from the previous file.
+    previous = (out / "results.md").read_text() if (out / "results.md").exists() else ""
+    start = previous.find(HAND_WRITTEN)
+    if start != -1:
+        end = previous.find("<!-- e2e-scale:begin", start)
+        text = text.rstrip("\n") + "\n\n" + previous[start:end if end != -1 else len(previous)].strip("\n") + "\n"
     scale = out / "e2e-scale.json"
     if scale.exists():  # bench/e2e-scale.sh's section, kept when the in-process benchmarks rerun
         from bench import e2e_scale_report
