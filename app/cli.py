@@ -11,6 +11,7 @@ import yaml
 
 from app import logs, vocab
 from app.api.hooks import HookRequest
+from app.api.objects import KubeObject
 from app.control.sync import SyncFailed, SyncSettings, reconcile
 from app.kube.executor import utc_now
 from app.settings import Settings
@@ -32,11 +33,11 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def _deployments(path: Path) -> list[dict[str, Any]]:
+def _deployments(path: Path) -> list[KubeObject]:
     return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
 
 
-def _world_objects(world: Path | None) -> list[dict[str, Any]]:
+def _world_objects(world: Path | None) -> list[KubeObject]:
     return load_yaml_objects(world) if world else []
 
 
