@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.control import observed as obs
 from app.control.intents import SetAdmissionCheck
 from app.control.rollout import Action, OrdinalPlan, RolePlan
@@ -54,14 +55,14 @@ class GangVerdict:
     want: int
 
 
-def _check_entry(workload: dict[str, Any]) -> dict[str, Any] | None:
+def _check_entry(workload: KubeObject) -> dict[str, Any] | None:
     for entry in (workload.get("status") or {}).get("admissionChecks") or []:
         if isinstance(entry, dict) and entry.get("name") == vocab.ADMISSION_CHECK_NAME:
             return entry
     return None
 
 
-def _reserved_since(workload: dict[str, Any]) -> str | None:
+def _reserved_since(workload: KubeObject) -> str | None:
     for cond in (workload.get("status") or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
             return cond.get("lastTransitionTime")
@@ -75,6 +76,14 @@ def _parse(stamp: str | None) -> datetime | None:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _time_of(stamp: str | None) -> datetime:
+    """The time of a stamp known to parse (the callers filter with _parse): a sort key."""
+    when = _parse(stamp)
+    if when is None:
+        raise ValueError(f"not a timestamp: {stamp!r}")
+    return when
 
 
 def _seconds_between(start: str | None, end: str) -> float:
@@ -109,7 +118,7 @@ def verdict(plans: list[RolePlan]) -> GangVerdict:
 @dataclass
 class _Group:
     name: str
-    workload: dict[str, Any]
+    workload: KubeObject
     check: dict[str, Any]
     # On the current render and not held: may be admitted (see _admissible).
     admissible: bool = True
@@ -189,7 +198,7 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
         return "", ""
     waiting = [g for g in groups if not g.admitted]
     held_since = sorted((s for g in waiting if g.reserved and g.state != vocab.CHECK_STATE_RETRY
-                         for s in [_reserved_since(g.workload)] if _parse(s)), key=_parse)
+                         for s in [_reserved_since(g.workload)] if s and _parse(s)), key=_time_of)
     if held_since:
         oldest = held_since[0]
         held = _seconds_between(oldest, now)
@@ -201,7 +210,7 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
     backing_off = sorted((g.check.get("lastTransitionTime") for g in waiting
                           if g.state == vocab.CHECK_STATE_RETRY and not g.reserved
                           and _parse(g.check.get("lastTransitionTime"))),
-                         key=_parse)
+                         key=_time_of)
     if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
         return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
                         f"partial reservation and queues again {int(release_after_seconds)}s after "

@@ -6,28 +6,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import vocab
+from app.api.objects import KubeObject, ObjectsByName
 
 
-def condition_true(obj: dict[str, Any], type_: str) -> bool:
+def condition_true(obj: KubeObject, type_: str) -> bool:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == type_:
             return cond.get("status") == "True"
     return False
 
 
-def workload_reserved(workload: dict[str, Any] | None) -> bool:
+def workload_reserved(workload: KubeObject | None) -> bool:
     return workload is not None and condition_true(workload, "QuotaReserved")
 
 
-def workload_admitted(workload: dict[str, Any] | None) -> bool:
+def workload_admitted(workload: KubeObject | None) -> bool:
     return workload is not None and condition_true(workload, "Admitted")
 
 
-def workload_evicted(workload: dict[str, Any] | None) -> bool:
+def workload_evicted(workload: KubeObject | None) -> bool:
     return workload is not None and (condition_true(workload, "Evicted") or condition_true(workload, "Preempted"))
 
 
-def condition_reason(obj: dict[str, Any], type_: str) -> str:
+def condition_reason(obj: KubeObject, type_: str) -> str:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == type_:
             return str(cond.get("reason") or "")
@@ -39,7 +40,7 @@ def condition_reason(obj: dict[str, Any], type_: str) -> str:
 EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
 
 
-def workload_evicted_while_running(workload: dict[str, Any] | None) -> bool:
+def workload_evicted_while_running(workload: KubeObject | None) -> bool:
     """Evicted for a reason that stops a running group (preemption, a PodsReady timeout...)."""
     return (workload is not None and workload_evicted(workload)
             and condition_reason(workload, "Evicted") != EVICTED_BY_ADMISSION_CHECK)
@@ -49,7 +50,7 @@ def workload_evicted_while_running(workload: dict[str, Any] | None) -> bool:
 RESET_AFTER_EVICTION = "Reset to Pending after eviction. Previously: Ready"
 
 
-def workload_ran(workload: dict[str, Any] | None) -> bool:
+def workload_ran(workload: KubeObject | None) -> bool:
     """Admitted now, or evicted after our check had let it run: Kueue admits a reserved Workload
     exactly when every check is Ready, and records the check it reset on eviction."""
     if workload is None:
@@ -62,25 +63,25 @@ def workload_ran(workload: dict[str, Any] | None) -> bool:
     return False
 
 
-def workload_deleting(workload: dict[str, Any] | None) -> bool:
+def workload_deleting(workload: KubeObject | None) -> bool:
     """Deleted and held by Kueue's finalizer: it holds nothing for long and is never admitted again."""
     return workload is not None and bool((workload.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def workload_uid(workload: dict[str, Any]) -> str:
+def workload_uid(workload: KubeObject) -> str:
     meta = workload.get("metadata") or {}
     return str(meta.get("uid") or meta.get("name") or "")
 
 
-def pod_ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: KubeObject) -> bool:
     return condition_true(pod, "Ready")
 
 
-def pod_terminating(pod: dict[str, Any]) -> bool:
+def pod_terminating(pod: KubeObject) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def pod_finished(pod: dict[str, Any]) -> bool:
+def pod_finished(pod: KubeObject) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
 
 
@@ -90,7 +91,7 @@ POD_TERMINATION_TARGET = "TerminationTarget"
 STOP_REASON_EVICTED = "WorkloadEvicted"
 
 
-def pod_stopped_by_eviction(pod: dict[str, Any]) -> bool:
+def pod_stopped_by_eviction(pod: KubeObject) -> bool:
     """Kueue stopped this Pod because its group was evicted (readable after the Workload is gone)."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == POD_TERMINATION_TARGET and cond.get("status") == "True":
@@ -98,25 +99,26 @@ def pod_stopped_by_eviction(pod: dict[str, Any]) -> bool:
     return False
 
 
-def pod_gated(pod: dict[str, Any]) -> bool:
+def pod_gated(pod: KubeObject) -> bool:
     """Still held by Kueue's admission gate: the Pod has never been allowed to run."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in gates)
 
 
-def pod_fingerprint(pod: dict[str, Any]) -> str | None:
+def pod_fingerprint(pod: KubeObject) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_FINGERPRINT)
 
 
-def pod_incarnation(pod: dict[str, Any]) -> int:
+def pod_incarnation(pod: KubeObject) -> int:
     """The incarnation of the instance this Pod belongs to (0 when unmarked: the first)."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_INCARNATION, "0")
     return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
 
 
-def pod_uid(pod: dict[str, Any]) -> str:
+def pod_uid(pod: KubeObject) -> str:
     meta = pod.get("metadata") or {}
-    return meta.get("uid") or meta.get("name", "")
+    uid: str = meta.get("uid") or meta.get("name", "")
+    return uid
 
 
 @dataclass
@@ -124,7 +126,7 @@ class ObservedInstance:
     """The Pods observed for one (role, ordinal)."""
 
     ordinal: int
-    pods: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[KubeObject] = field(default_factory=list)
 
     def members(self) -> set[int]:
         out = set()
@@ -179,7 +181,7 @@ class ObservedInstance:
         return f"incarnation:{self.incarnation()}"
 
 
-def pods_by_role(deployment: str, pods: dict[str, Any] | None) -> dict[str, dict[int, ObservedInstance]]:
+def pods_by_role(deployment: str, pods: ObjectsByName | None) -> dict[str, dict[int, ObservedInstance]]:
     """role name -> ordinal -> observed instance, from Metacontroller's children map."""
     out: dict[str, dict[int, ObservedInstance]] = {}
     for pod in (pods or {}).values():
@@ -200,7 +202,7 @@ def pods_by_role(deployment: str, pods: dict[str, Any] | None) -> dict[str, dict
     return out
 
 
-def as_child(observed: dict[str, Any]) -> dict[str, Any]:
+def as_child(observed: KubeObject) -> KubeObject:
     """An observed object returned unchanged as a desired child (kept, never updated: OnDelete).
 
     Only the fields we own are returned: server-set metadata and status would read as changes.

@@ -43,6 +43,7 @@ from enum import Enum
 from typing import Any
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.control import observed as obs
 from app.control.intents import DeleteWorkload, Intent, RecordEvent
 from app.model.context import DeploymentContext
@@ -64,7 +65,7 @@ class Action(str, Enum):
 class OrdinalPlan:
     ordinal: int
     action: Action
-    pods: list[dict[str, Any]] = field(default_factory=list)  # desired Pods for this ordinal
+    pods: list[KubeObject] = field(default_factory=list)  # desired Pods for this ordinal
     up_to_date: bool = False
     admitted: bool = False
     reserved: bool = False
@@ -85,14 +86,14 @@ class RolePlan:
     # Per ordinal, the incarnation its next new instance gets (written to status).
     next_incarnations: list[int] = field(default_factory=list)
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self) -> list[KubeObject]:
         return [pod for plan in self.ordinals for pod in plan.pods]
 
     def count(self, *actions: Action) -> int:
         return sum(1 for p in self.ordinals if p.action in actions)
 
 
-def _kept(pod: dict[str, Any]) -> dict[str, Any]:
+def _kept(pod: KubeObject) -> KubeObject:
     child = obs.as_child(pod)
     annotations = dict(child["metadata"].get("annotations") or {})
     annotations.pop(vocab.ANNOTATION_LAST_APPLIED, None)
@@ -112,7 +113,7 @@ def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: st
 
 
 def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.ObservedInstance,
-                     workload: dict[str, Any] | None) -> RecordEvent:
+                     workload: KubeObject | None) -> RecordEvent:
     if inst.evicted or (obs.workload_evicted(workload) and inst.ran):
         return _event(ctx, vocab.EVENT_REPLICA_EVICTED, role, ordinal, inst.occurrence_key(),
                       "was evicted by Kueue and is rebuilt")
@@ -120,7 +121,7 @@ def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.
                   "lost a Pod and is rebuilt whole")
 
 
-def _delete_workload(ctx: DeploymentContext, group: str, workload: dict[str, Any] | None, why: str) -> list[Intent]:
+def _delete_workload(ctx: DeploymentContext, group: str, workload: KubeObject | None, why: str) -> list[Intent]:
     """Nothing for a Workload already being deleted (Kueue's finalizer holds it a while): deleting it
     again on every pass cost a GET and a DELETE each (bench/e2e-scale: ~40% of a rollout's deletes)."""
     if workload is None or obs.workload_deleting(workload):
@@ -183,7 +184,7 @@ class Situation(str, Enum):
     OBSOLETE = "obsolete"  # admitted on an obsolete render: a turnover candidate
 
 
-def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: dict[str, Any] | None,
+def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: KubeObject | None,
              fingerprint: str, size: int, held: bool) -> Situation:
     """The rules' order of precedence, as one pure function of what one ordinal reads."""
     pods = inst.pods if inst is not None else []
@@ -230,7 +231,7 @@ class _RolePass:
     def group(self, ordinal: int) -> str:
         return names.pod_group(self.ctx.namespace, self.ctx.name, self.role.name, ordinal)
 
-    def workload(self, ordinal: int) -> dict[str, Any] | None:
+    def workload(self, ordinal: int) -> KubeObject | None:
         return self.ctx.world.workload(self.ctx.namespace, self.group(ordinal))
 
     def next_incarnation(self, ordinal: int) -> int:
@@ -240,7 +241,7 @@ class _RolePass:
     def event(self, reason: str, ordinal: int, key: str, what: str) -> None:
         self.plan.intents.append(_event(self.ctx, reason, self.role.name, ordinal, key, what))
 
-    def delete_workload(self, ordinal: int, workload: dict[str, Any] | None, why: str) -> None:
+    def delete_workload(self, ordinal: int, workload: KubeObject | None, why: str) -> None:
         self.plan.intents += _delete_workload(self.ctx, self.group(ordinal), workload, why)
 
 
@@ -273,7 +274,7 @@ def may_turn_over(*, serving: bool, held: bool, admission_gate: bool, others_not
 
 
 def _gone_undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-                     workload: dict[str, Any] | None) -> None:
+                     workload: KubeObject | None) -> None:
     p.plan.ordinals.remove(entry)  # nothing of this ordinal reads on the API server
     if p.role.replicas <= entry.ordinal < p.previous_desired:
         # The first pass after a scale-down: its Workload may stand unseen. Deleted by name, once
@@ -282,7 +283,7 @@ def _gone_undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstanc
 
 
 def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-                workload: dict[str, Any] | None) -> None:
+                workload: KubeObject | None) -> None:
     """Scale-down (or deletion) sheds it: Pods omitted, Workload deleted, ReplicaLeaving."""
     entry.action = Action.SHED
     _let_go(entry)
@@ -300,7 +301,7 @@ def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
 
 
 def _empty_with_workload(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-                         workload: dict[str, Any] | None) -> None:
+                         workload: KubeObject | None) -> None:
     """A Workload standing for an empty ordinal holds quota for Pods that are gone (removed by
     force, or before any pass saw them): free it, then refill the ordinal."""
     assert workload is not None
@@ -319,7 +320,7 @@ def _empty_with_workload(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedIns
 
 
 def _empty(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-           workload: dict[str, Any] | None) -> None:
+           workload: KubeObject | None) -> None:
     """Scale-up is immediate, a departed ordinal is refilled: unless new replicas are held."""
     entry.up_to_date = True  # nothing obsolete runs here; a hold is reported on its own
     if p.render.hold is not None:
@@ -331,7 +332,7 @@ def _empty(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
 
 
 def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-              workload: dict[str, Any] | None) -> None:
+              workload: KubeObject | None) -> None:
     """The instance is rebuilt whole: Pods omitted, Workload deleted, one departure event."""
     assert inst is not None
     entry.action = Action.REBUILD
@@ -342,7 +343,7 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
 
 
 def _superseded(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-                workload: dict[str, Any] | None) -> None:
+                workload: KubeObject | None) -> None:
     """Queued on an obsolete render: superseded at once, so the obsolete render is never admitted."""
     entry.action = Action.SUPERSEDE
     _let_go(entry)
@@ -350,7 +351,7 @@ def _superseded(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
 
 
 def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-                workload: dict[str, Any] | None) -> None:
+                workload: KubeObject | None) -> None:
     """A group not yet admitted lacks a member (a create that failed): complete it on the render it
     was started with; never mix renders in one group."""
     assert inst is not None
@@ -368,7 +369,7 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
 
 
 def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-             workload: dict[str, Any] | None) -> None:
+             workload: KubeObject | None) -> None:
     """On the current render: returned exactly as rendered (byte-identical to what was created)."""
     assert inst is not None
     entry.action = Action.KEEP
@@ -377,7 +378,7 @@ def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None
 
 
 def _obsolete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
-              workload: dict[str, Any] | None) -> None:
+              workload: KubeObject | None) -> None:
     """A turnover candidate: replaced when the gates allow, else kept as it is."""
     assert inst is not None
     serving = inst.ready(p.role.size)

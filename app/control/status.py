@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import vocab
+from app.api.objects import KubeObject, ObservedGroups
 from app.api.v1 import ModelDeployment, RouterSpec
 from app.control.rollout import Action, RolePlan
 from app.engines.common import KV_EVENT_PRODUCER_KINDS, kv_events_off
@@ -177,7 +178,7 @@ def endpoint(ctx: DeploymentContext, renders: list[RoleRender]) -> str | None:
     return f"http://{names.role_service(ctx.name, front.role.name)}.{ctx.namespace}.svc:{front.ports.service}"
 
 
-def router_observed_ready(ctx: DeploymentContext, children: dict[str, Any]) -> int | None:
+def router_observed_ready(ctx: DeploymentContext, children: ObservedGroups) -> int | None:
     """Ready router Pods per the observed Deployment; None when it does not exist yet."""
     deployments = children.get(vocab.CHILD_DEPLOYMENTS) or {}
     observed = deployments.get(f"{ctx.namespace}/{names.router(ctx.name)}")
@@ -227,7 +228,7 @@ def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role
 
 
 def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
-                 children: dict[str, Any], *, finalizing: bool, now: str) -> dict[str, Any]:
+                 children: ObservedGroups, *, finalizing: bool, now: str) -> KubeObject:
     """The status from this pass's renders and plans and the observed children (the router's
     Deployment). A finalizing pass renders no router, so it reports none."""
     router = None if finalizing else ctx.md.spec.router

@@ -11,6 +11,7 @@ from typing import Any
 
 from app import vocab
 from app.api.hooks import HookRequest
+from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
 from app.control import gang, status
 from app.control import observed as obs
@@ -37,8 +38,8 @@ class SyncSettings:
 
 @dataclass
 class SyncResult:
-    status: dict[str, Any]
-    children: list[dict[str, Any]]
+    status: KubeObject
+    children: list[KubeObject]
     intents: list[Intent] = field(default_factory=list)
     resync_after: float | None = None
     finalized: bool | None = None
@@ -53,7 +54,7 @@ class SyncFailed(Exception):
         self.intents = intents
 
 
-def parse_parent(parent: dict[str, Any]) -> ModelDeployment:
+def parse_parent(parent: KubeObject) -> ModelDeployment:
     return ModelDeployment.model_validate(parent)
 
 
@@ -119,7 +120,7 @@ def _pod_bound(md: ModelDeployment, bound: int) -> None:
     raise SyncFailed(problem, resolves_later=False, intents=[event])
 
 
-def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[dict[str, Any]]:
+def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[KubeObject]:
     services = [role_service(ctx, render)]
     per_instance = render.role.size > 1 or (
         needs_instance_services(ctx) and render.role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE))
@@ -142,7 +143,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
 
     plans: list[RolePlan] = []
-    children: list[dict[str, Any]] = []
+    children: list[KubeObject] = []
     for render in renders:
         plan = plan_role(ctx, render, observed_pods.get(render.role.name, {}), finalizing=finalizing)
         plans.append(plan)
@@ -177,7 +178,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     return result
 
 
-def customize(parent: dict[str, Any]) -> dict[str, Any]:
+def customize(parent: KubeObject) -> dict[str, Any]:
     """Related objects Metacontroller should watch and hand to sync (SPEC §12)."""
     md = parse_parent(parent)
     namespace = md.metadata.namespace

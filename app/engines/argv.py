@@ -483,7 +483,8 @@ def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None
             engine=engine,
             expert_parallel=ep is not None and not ep.negated,
             data_external_lb=(lb is not None and not lb.negated) or "--data-parallel-rank" in flags_seen,
-            **found,
+            # `found` holds only the int degree fields (_DEGREE_FLAGS' names), never the bool ones.
+            **found,  # type: ignore[arg-type]
         )
         raw = env.get(vocab.ENV_VLLM_DP_SIZE)
         if raw is not None and degrees.data == 1:
@@ -494,7 +495,7 @@ def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None
             elif n is not None and n > 1:
                 degrees = replace(degrees, data=n, data_from_env=True)
         return DegreeReading(degrees, tuple(problems))
-    degrees = Degrees(engine=engine, **found)
+    degrees = Degrees(engine=engine, **found)  # type: ignore[arg-type]  # int degree fields only, as above
     if "--enable-dp-attention" in flags_seen and degrees.attention_data == 1:
         # SGLang folds the deprecated `--dp-size N --enable-dp-attention` into `--attn-dp-size N`.
         degrees = replace(degrees, attention_data=degrees.data, data=1)

@@ -14,6 +14,7 @@ import orjson
 
 from app import vocab
 from app.api.cluster import InstanceType
+from app.api.objects import KubeObject
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import sglang, vllm
@@ -54,13 +55,13 @@ class RoleRender:
     image: str
     fingerprint: str
     ports: Ports
-    template: dict[str, Any]
+    template: KubeObject  # the Pod template (instance_pods stamps it per ordinal)
     # Why no new replica of this role may be created now (None: free to create).
     hold: str | None = None
     skipped_runtime_versions: tuple[str, ...] = ()
     runtime_version: str | None = None
     kv_events: bool = False
-    extra_children: list[dict[str, Any]] = field(default_factory=list)
+    extra_children: list[KubeObject] = field(default_factory=list)
     # The user's tenant-bearing keys dropped from this render (app.render.tenant): a warning Event each.
     tenant_keys_ignored: tuple[str, ...] = ()
 
@@ -125,8 +126,8 @@ def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str,
 def _engine_render(ctx: DeploymentContext, role: Role, ports: Ports) -> EngineRender:
     if not role.managed:
         return EngineRender(argv=list(role.command or []))
-    renderer = vllm if ctx.md.spec.engine.name == vocab.ENGINE_VLLM else sglang
-    return renderer.render(ctx, role, listen_port=ports.filled)
+    render_engine = vllm.render if ctx.md.spec.engine.name == vocab.ENGINE_VLLM else sglang.render
+    return render_engine(ctx, role, listen_port=ports.filled)
 
 
 def _env(role: Role, engine: EngineRender) -> list[dict[str, Any]]:
@@ -300,7 +301,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
                       tenant_keys_ignored=guarded.ignored)
 
 
-def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0) -> list[dict[str, Any]]:
+def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0) -> list[KubeObject]:
     """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index
     and the ordinal's incarnation (a size-1 Pod is named after it: see names.single_pod).
 
@@ -353,7 +354,7 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, inca
     return pods
 
 
-def role_service(ctx: DeploymentContext, render: RoleRender) -> dict[str, Any]:
+def role_service(ctx: DeploymentContext, render: RoleRender) -> KubeObject:
     role = render.role
     ports = [{"name": vocab.PORT_NAME_HTTP, "port": render.ports.service, "targetPort": render.ports.container,
               "protocol": "TCP"}]
@@ -372,7 +373,7 @@ def role_service(ctx: DeploymentContext, render: RoleRender) -> dict[str, Any]:
     }
 
 
-def instance_service(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> dict[str, Any]:
+def instance_service(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> KubeObject:
     """Headless Service per instance above size 1: peers resolve before any of them is Ready."""
     role = render.role
     return {

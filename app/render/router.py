@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.engines import router_flags as rf
 from app.model.context import DeploymentContext
 from app.render import labels, names
@@ -184,7 +185,7 @@ def llmd_envoy_bootstrap(ctx: DeploymentContext) -> dict[str, Any]:
     }
 
 
-def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tuple[list[dict], dict[str, str], list]:
+def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tuple[list[dict[str, Any]], dict[str, str], list[dict[str, Any]]]:
     router = ctx.md.spec.router
     assert router is not None
     kinds = _kinds_served(ctx)
@@ -264,7 +265,7 @@ def _static_workers(ctx: DeploymentContext, renders: list[RoleRender]) -> list[s
 
 
 def _rust_router(ctx: DeploymentContext, renders: list[RoleRender], image: str, name: str
-                 ) -> tuple[list[dict], dict[str, str], list]:
+                 ) -> tuple[list[dict[str, Any]], dict[str, str], list[dict[str, Any]]]:
     router = ctx.md.spec.router
     assert router is not None
     args = ["--host", "0.0.0.0", "--port", str(vocab.ROUTER_PORT)]
@@ -314,8 +315,8 @@ def default_image(ctx: DeploymentContext) -> str:
             vocab.ROUTER_SGLANG: rf.SGLANG_GATEWAY_IMAGE}[router.name]
 
 
-def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str, str], rules: list
-             ) -> list[dict[str, Any]]:
+def _objects(ctx: DeploymentContext, containers: list[dict[str, Any]], documents: dict[str, str],
+             rules: list[dict[str, Any]]) -> list[KubeObject]:
     router = ctx.md.spec.router
     assert router is not None
     name = names.router(ctx.name)
@@ -323,7 +324,7 @@ def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str
     selector = labels.role_selector(ctx.name, vocab.ROUTER_COMPONENT)
     pod_annotations: dict[str, str] = {}
     volumes: list[dict[str, Any]] = []
-    objects: list[dict[str, Any]] = []
+    objects: list[KubeObject] = []
     if documents:
         digest = hashlib.sha256("".join(f"{k}\n{v}" for k, v in sorted(documents.items())).encode()).hexdigest()[:16]
         pod_annotations[vocab.ANNOTATION_ROUTER_CONFIG_HASH] = digest  # a changed document rolls the router Pods
@@ -364,7 +365,7 @@ def _objects(ctx: DeploymentContext, containers: list[dict], documents: dict[str
     return objects
 
 
-def render_router(ctx: DeploymentContext, renders: list[RoleRender]) -> list[dict[str, Any]]:
+def render_router(ctx: DeploymentContext, renders: list[RoleRender]) -> list[KubeObject]:
     """The router's children (none without spec.router); its status is app.control.status's."""
     router = ctx.md.spec.router
     if router is None:
