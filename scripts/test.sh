@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite: unit, API and end-to-end (a real control plane built
-# from Go modules, cached under ${MODELDEPLOYMENT_CACHE:-$HOME/.cache/modeldeployment}).
+# Sets up and runs the whole test suite: the type check (mypy, strict on app/), then unit, API and
+# end-to-end (a real control plane built from Go modules, cached under
+# ${MODELDEPLOYMENT_CACHE:-$HOME/.cache/modeldeployment}).
 # MODELDEPLOYMENT_E2E=0 skips the end-to-end suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-venv.sh
+# pyproject.toml's [tool.mypy]; a type error fails the run before any test.
+.venv/bin/python -m mypy app
 if [ "${MODELDEPLOYMENT_E2E:-1}" != "0" ]; then
   tests/e2e/components/build.sh
 fi
