@@ -145,6 +145,7 @@ def merge_conditions(
             "status": value.status,
             "reason": value.reason,
             "message": value.message,
+            # Not moved implies a prior condition (`moved` is true when there is none).
             "lastTransitionTime": now if moved else prior["lastTransitionTime"],  # type: ignore[index]
         }
         if generation is not None:

@@ -483,7 +483,7 @@ def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None
             engine=engine,
             expert_parallel=ep is not None and not ep.negated,
             data_external_lb=(lb is not None and not lb.negated) or "--data-parallel-rank" in flags_seen,
-            # `found` holds only the int degree fields (_DEGREE_FLAGS' names), never the bool ones.
+            # `found` holds only int degree fields (the registry's degree_flags values), never a bool one.
             **found,  # type: ignore[arg-type]
         )
         raw = env.get(vocab.ENV_VLLM_DP_SIZE)
