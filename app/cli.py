@@ -142,7 +142,8 @@ def parser() -> argparse.ArgumentParser:
                         help="print only the Kubernetes objects (the status goes to stderr), e.g. to pipe into kubectl")
     render.set_defaults(func=cmd_render)
 
-    validate = sub.add_parser("validate", help="run the admission rules on a deployment (and its stored version)")
+    validate = sub.add_parser("validate", help="check a deployment as the cluster would: apiVersion, kind and unknown "
+                              "fields (strict), then both admission webhooks (an update with --old)")
     validate.add_argument("-f", "--file", type=Path, required=True)
     validate.add_argument("--world", type=Path, default=DEFAULT_WORLD)
     validate.add_argument("--old", type=Path, default=None, help="the stored object, to check an update")
