@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.main import create_app
+from app.settings import Settings
 from app.world import World, load_yaml_objects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,3 +27,10 @@ def world_objects() -> list[dict[str, Any]]:
 @pytest.fixture
 def world() -> World:
     return World.of(world_objects())
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    """The service in process on the example world, with no API server (a module may override it)."""
+    with TestClient(create_app(Settings(world_dir=EXAMPLES / "world", kube="off"))) as test_client:
+        yield test_client

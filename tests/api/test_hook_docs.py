@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from app import vocab
 from app.api.hook_docs import SyncRequest
-from app.main import create_app
-from app.settings import Settings
 from app.world import load_yaml_objects, related_map
 from tests.conftest import EXAMPLES
 
 EXAMPLE = EXAMPLES / "hooks" / "sync-request.json"
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app(Settings(world_dir=Path(EXAMPLES / "world"), kube="off"))) as c:
-        yield c
 
 
 def test_openapi_describes_every_hook_body(client):

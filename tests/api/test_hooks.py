@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import vocab
-from app.main import create_app
-from app.settings import Settings
-from tests.conftest import EXAMPLES, world_objects
+from tests.conftest import world_objects
 from tests.helpers import parent, request
-
-
-@pytest.fixture(scope="module")
-def client():
-    app = create_app(Settings(world_dir=Path(EXAMPLES / "world"), kube="off"))
-    with TestClient(app) as c:
-        yield c
 
 
 def test_sync_answers_children_and_status(client):

@@ -30,13 +30,6 @@ EXAMPLE_OBJECTS = [load_yaml_objects(p)[0] for p in sorted((EXAMPLES / "deployme
 PATHS = ("/webhooks/mutate", "/webhooks/validate")
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    app = create_app(Settings(world_dir=EXAMPLES / "world", kube="off"))
-    with TestClient(app) as test_client:
-        yield test_client
-
-
 def _name(obj: Any) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None

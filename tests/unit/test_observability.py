@@ -13,13 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
 from app import vocab
 from app.control.intents import SetAdmissionCheck
-from app.main import create_app
-from app.settings import Settings
 from app.web import metrics
 from tests.conftest import EXAMPLES
 from tests.helpers import parent, request
@@ -29,13 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def sample(metric: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(metric, labels)
-
-
-@pytest.fixture(scope="module")
-def client():
-    app = create_app(Settings(world_dir=Path(EXAMPLES / "world"), kube="off"))
-    with TestClient(app) as c:
-        yield c
 
 
 def test_a_sync_sets_phase_and_replicas_per_role_and_finalize_removes_them(client):
