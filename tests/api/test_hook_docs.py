@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 
 from app import vocab
 from app.api.hook_docs import SyncRequest
