@@ -134,24 +134,27 @@ def _let_go(entry: OrdinalPlan) -> None:
     entry.admitted = entry.reserved = False
 
 
-def _previous_desired(ctx: DeploymentContext, role: str) -> int:
-    """The replicas the last written status declared for the role (0 when unknown)."""
+def _previous_role_status(ctx: DeploymentContext, role: str) -> dict[str, Any]:
+    """The role's entry in the last written status ({} when there is none)."""
     for entry in (ctx.md.status or {}).get("roles") or []:
         if isinstance(entry, dict) and entry.get("name") == role:
-            desired = entry.get("desired")
-            return min(desired, vocab.MAX_ROLE_REPLICAS) if isinstance(desired, int) and desired > 0 else 0
-    return 0
+            return entry
+    return {}
+
+
+def _previous_desired(ctx: DeploymentContext, role: str) -> int:
+    """The replicas the last written status declared for the role (0 when unknown)."""
+    desired = _previous_role_status(ctx, role).get("desired")
+    return min(desired, vocab.MAX_ROLE_REPLICAS) if isinstance(desired, int) and desired > 0 else 0
 
 
 def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
     """status.roles[].nextIncarnations as the last written status has it (bounded, ints only)."""
-    for entry in (ctx.md.status or {}).get("roles") or []:
-        if isinstance(entry, dict) and entry.get("name") == role:
-            values = entry.get("nextIncarnations")
-            if isinstance(values, list):
-                return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= vocab.MAX_INCARNATION else 0
-                        for v in values[:vocab.MAX_ROLE_REPLICAS]]
-    return []
+    values = _previous_role_status(ctx, role).get("nextIncarnations")
+    if not isinstance(values, list):
+        return []
+    return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= vocab.MAX_INCARNATION else 0
+            for v in values[:vocab.MAX_ROLE_REPLICAS]]
 
 
 def _next_incarnations(previous: list[int], observed: dict[int, obs.ObservedInstance]) -> list[int]:

@@ -593,9 +593,8 @@ class Sim:
     def _instance_ready(self, deployment: str, role: str, ordinal: int) -> bool:
         """In the store: every member of the instance exists, is not deleted and is Ready."""
         spec_role = next((r for r in self.parents[deployment]["spec"]["roles"] if r["name"] == role), None)
-        pods = self._ordinal_pods(deployment, role, ordinal)
-        return (spec_role is not None and len(pods) == int(spec_role.get("size", 1))
-                and all(not deleting(p) and cond_true(p, "Ready") for p in pods))
+        return spec_role is not None and self._view_ready(self._ordinal_pods(deployment, role, ordinal),
+                                                          int(spec_role.get("size", 1)))
 
     def _note_lost_ready(self, parent: dict[str, Any], pod: dict[str, Any], finalizing: bool) -> None:
         """An answer deletes a Pod of a declared replica that is serving: a Ready replica lost."""
