@@ -850,6 +850,9 @@ class ControlPlane:
             f"--service-cluster-ip-range={self.service_cluster_ip_range}",
             "--use-service-account-credentials=false",
             "--controllers=*,-nodeipam,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
+            # HPAs are re-evaluated every second (default 15 s) so HPA tests act quickly;
+            # scale-down stabilization stays per HPA (behavior), see metrics_server.py.
+            "--horizontal-pod-autoscaler-sync-period=1s",
             "--profiling=false",
             "--v=1",
         ])

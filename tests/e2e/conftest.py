@@ -6,6 +6,7 @@ Every test under tests/e2e/ is marked ``e2e``.  They run by default; set
 Fixtures:
   control_plane   (session)  a started :class:`cluster.ControlPlane`
   e2e_namespace   (function) a fresh namespace, deleted afterwards
+  external_metrics (session) an external.metrics.k8s.io server behind the aggregator
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import cluster as e2e_cluster  # noqa: E402  (tests/e2e/cluster.py)
+import metrics_server as e2e_metrics  # noqa: E402  (tests/e2e/metrics_server.py)
 
 
 def e2e_enabled() -> bool:
@@ -75,3 +77,31 @@ def e2e_namespace(control_plane: e2e_cluster.ControlPlane) -> Iterator[str]:
     control_plane.create_namespace(name)
     yield name
     control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def external_metrics(control_plane: e2e_cluster.ControlPlane) -> Iterator[e2e_metrics.ExternalMetrics]:
+    """A test server for ``external.metrics.k8s.io/v1beta1``, registered through
+    the aggregator (APIService Available=True before the test runs), so that the
+    real HPA controller reads the values a test sets.
+
+    ``.set(namespace, metric, value, labels=None)`` serves a quantity for the
+    HPA's namespace; ``.describe()`` is the state for assertion messages;
+    ``.requests(...)`` lists the reads answered.  Build HPAs with
+    ``metrics_server.external_metric_hpa(...)``: its default behavior sets
+    ``scaleDown.stabilizationWindowSeconds: 0`` (and scaleUp's) and lifts the rate
+    limits, so an HPA acts within ~1 s (kube-controller-manager syncs HPAs every
+    1 s); a hand-written HPA must set ``behavior.scaleDown.stabilizationWindowSeconds: 0``
+    or it waits 300 s before any scale-down.  See tests/e2e/README.md
+    ("External metrics for HPA tests").
+    """
+    em = e2e_metrics.ExternalMetrics(control_plane)
+    try:
+        em.start()
+    except (TimeoutError, e2e_cluster.ControlPlaneError, e2e_cluster.KubectlError) as exc:
+        em.stop()
+        pytest.fail(f"the external metrics API could not be registered: {exc}\n{em.describe()}", pytrace=False)
+    try:
+        yield em
+    finally:
+        em.stop()
