@@ -33,6 +33,15 @@ KUEUE_VERSION = "v1beta2"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 KIND_WORKLOAD = "Workload"
 PLURAL_WORKLOADS = "workloads"
+KIND_ADMISSION_CHECK = "AdmissionCheck"
+PLURAL_ADMISSION_CHECKS = "admissionchecks"
+
+# Core kinds the operator names outside a rendered manifest (an Event it records, the Pods that own
+# a Workload).
+CORE_API_VERSION = "v1"
+KIND_POD = "Pod"
+KIND_EVENT = "Event"
+KIND_DELETE_OPTIONS = "DeleteOptions"
 
 # Metacontroller children/related map keys (hook protocol v2).
 CHILD_PODS = "Pod.v1"
@@ -42,11 +51,6 @@ CHILD_CONFIGMAPS = "ConfigMap.v1"
 CHILD_SERVICE_ACCOUNTS = "ServiceAccount.v1"
 CHILD_ROLES = "Role.rbac.authorization.k8s.io/v1"
 CHILD_ROLE_BINDINGS = "RoleBinding.rbac.authorization.k8s.io/v1"
-RELATED_INSTANCE_TYPES = f"{KIND_INSTANCE_TYPE}.{API_VERSION}"
-RELATED_BINDINGS = f"{KIND_KV_CACHE_POOL_BINDING}.{API_VERSION}"
-RELATED_POOLS = f"{KIND_KV_CACHE_POOL}.{API_VERSION}"
-RELATED_BACKENDS = f"{KIND_KV_CACHE_BACKEND}.{API_VERSION}"
-RELATED_ARTIFACTS = f"{KIND_MODEL_ARTIFACT}.{API_VERSION}"
 RELATED_WORKLOADS = f"{KIND_WORKLOAD}.{KUEUE_API_VERSION}"
 
 # --- Engines, role kinds ---------------------------------------------------------------------
@@ -66,14 +70,9 @@ ROUTER_LETTER = "R"
 ROUTER_LLMD = "llm-d-router"
 ROUTER_VLLM = "vllm-router"
 ROUTER_SGLANG = "sglang-gateway"
-ROUTERS = (ROUTER_LLMD, ROUTER_VLLM, ROUTER_SGLANG)
 
-CONNECTOR_MOONCAKE = "Mooncake"
-
-TRANSFER_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM")
 # The kvTransfer protocols a vLLM role on an Ascend pool may ask for (its leg runs `ascend`).
 ASCEND_TRANSFER_PROTOCOLS = ("Auto", "CANN")
-BACKEND_PROTOCOLS = ("Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA")
 # InstanceType status.detail.manufacturer of an Ascend pool (vLLM names its own connectors there).
 MANUFACTURER_ASCEND = "ascend"
 
@@ -126,7 +125,6 @@ ANNOTATION_SGLANG_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
 ANNOTATION_LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 
 KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"
-KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 
 # --- Environment variables rendered into engine containers ------------------------------------
 
@@ -201,6 +199,40 @@ ADMISSION_CHECK_CONTROLLER = "worker.gpustack.ai/model-deployment-joint"
 CHECK_STATE_PENDING = "Pending"
 CHECK_STATE_READY = "Ready"
 CHECK_STATE_RETRY = "Retry"
+# The AdmissionCheck object's own condition: without Active=True Kueue deactivates every ClusterQueue
+# that lists the check.
+ADMISSION_CHECK_COND_ACTIVE = "Active"
+ADMISSION_CHECK_REASON_ACTIVE = "Active"
+
+# --- What Kueue and the kubelet write, read back by the operator ------------------------------
+
+# Workload conditions.
+KUEUE_COND_QUOTA_RESERVED = "QuotaReserved"
+KUEUE_COND_ADMITTED = "Admitted"
+KUEUE_COND_EVICTED = "Evicted"
+KUEUE_COND_PREEMPTED = "Preempted"
+# The Evicted reason when an admission check asked for a retry (our deadlock release): the group
+# never ran, Kueue only requeues it.
+KUEUE_EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
+# Kueue resets every check to Pending when it evicts a Workload, saying what the check was.
+KUEUE_CHECK_RESET_AFTER_EVICTION = "Reset to Pending after eviction. Previously: Ready"
+# Kueue marks every Pod it stops with this condition; the reason says why
+# ("WorkloadEvictedDueTo<Evicted reason>" when the group was evicted, "WorkloadDeleted"...).
+KUEUE_POD_TERMINATION_TARGET = "TerminationTarget"
+KUEUE_STOP_REASON_EVICTED = "WorkloadEvicted"
+
+# A condition's status, as every Kubernetes API spells it.
+CONDITION_TRUE = "True"
+# Pods: the kubelet's Ready condition and the phases of a Pod that will not run again.
+POD_COND_READY = "Ready"
+POD_PHASE_FAILED = "Failed"
+POD_PHASE_SUCCEEDED = "Succeeded"
+# ModelArtifact: the condition its controller sets once the source is resolved.
+ARTIFACT_COND_RESOLVED = "Resolved"
+# KVCachePool / KVCachePoolBinding phases the attachment reads.
+POOL_PHASE_READY = "Ready"
+POOL_PHASE_DEGRADED = "Degraded"
+POOL_PHASE_DELETING = "Deleting"
 
 # --- Status conditions and reasons ------------------------------------------------------------
 
@@ -217,16 +249,6 @@ COND_ROLE_KINDS_READY = "RoleKindsReady"
 COND_KV_EVENTS_PUBLISHING = "KVEventsPublishing"
 COND_ROUTER_READY = "RouterReady"
 COND_WEIGHTS_READY = "WeightsReady"
-CONDITION_TYPES = (
-    COND_DOMAIN_REGISTERED,
-    COND_QUOTA_RESERVED,
-    COND_CACHE_ATTACHED,
-    COND_REPLICAS_UP_TO_DATE,
-    COND_ROLE_KINDS_READY,
-    COND_KV_EVENTS_PUBLISHING,
-    COND_ROUTER_READY,
-    COND_WEIGHTS_READY,
-)
 
 REASON_NOT_APPLICABLE = "NotApplicable"
 # DomainRegistered
@@ -243,7 +265,6 @@ REASON_ADMISSION_IN_FLIGHT = "AdmissionInFlight"
 REASON_NO_REPLICAS = "NoReplicas"
 # CacheAttached
 REASON_CACHE_ACTIVE = "CacheActive"
-REASON_CACHE_OPERATIONS_FAILING = "CacheOperationsFailing"
 REASON_UNMANAGED = "Unmanaged"
 REASON_NO_REPLICA_READY = "NoReplicaReady"
 # ReplicasUpToDate
@@ -261,7 +282,6 @@ REASON_NO_ROUTER = "NoRouter"
 REASON_ROLE_UNMANAGED = "RoleUnmanaged"
 # RouterReady
 REASON_ROUTER_READY = "Ready"
-REASON_RENDER_FAILED = "RenderFailed"
 REASON_NO_READY_REPLICAS = "NoReadyReplicas"
 REASON_NOT_DEPLOYED = "NotDeployed"
 # WeightsReady
@@ -295,7 +315,6 @@ SETTING_ROUTING_SIDECAR_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_IMAGE
 # The routing sidecar's image unless that setting names another: llm-d-router v0.10.0's, the release
 # the router images in app/engines/router_flags.py come from (docs/research/routers.md).
 DEFAULT_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"
-SETTING_WORLD_DIR = "MODELDEPLOYMENT_WORLD_DIR"
 SETTING_MAX_PODS_PER_DEPLOYMENT = "MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT"
 SETTING_MAX_BODY_BYTES = "MODELDEPLOYMENT_MAX_BODY_BYTES"
 SETTING_MAX_BODY_VALUES = "MODELDEPLOYMENT_MAX_BODY_VALUES"
@@ -325,8 +344,8 @@ MAX_INT64 = 2**63 - 1
 
 # Keys `Kind.apiVersion` of manifests/metacontroller/compositecontroller.yaml's childResources: a
 # request missing one of them cannot be planned from (an absent map reads as "no children").
-DECLARED_CHILD_MAPS = ("Pod.v1", "Service.v1", "ConfigMap.v1", "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1",
-                       "RoleBinding.rbac.authorization.k8s.io/v1", "Deployment.apps/v1")
+DECLARED_CHILD_MAPS = (CHILD_PODS, CHILD_SERVICES, CHILD_CONFIGMAPS, CHILD_SERVICE_ACCOUNTS, CHILD_ROLES,
+                       CHILD_ROLE_BINDINGS, CHILD_DEPLOYMENTS)
 
 # --- Tenant isolation (SPEC §6 "Admission is not the only guard", §10 rule 20) -------------------
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from app import vocab
 from app.api.schema import KubeModel, Quantity, ReadQuantity
 from app.api.v1 import ObjectMeta
 
@@ -227,4 +228,5 @@ class ModelArtifact(KubeModel):
 
     @property
     def resolved(self) -> bool:
-        return any(c.type == "Resolved" and c.status == "True" for c in self.status.conditions)
+        return any(c.type == vocab.ARTIFACT_COND_RESOLVED and c.status == vocab.CONDITION_TRUE
+                   for c in self.status.conditions)

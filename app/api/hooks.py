@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, TypedDict
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
+from app import vocab
 from app.api.objects import KubeObject, ObservedGroups
 
 
@@ -64,8 +65,8 @@ _Object = TypedDict("_Object", {"apiVersion": Any, "kind": Any, "metadata": _Obj
 _Request = TypedDict("_Request", {"controller": Any, "parent": Any, "finalizing": Any,
                                   "children": dict[str, msgspec.Raw], "related": dict[str, msgspec.Raw]}, total=False)
 
-_STRIPPED_GROUPS = frozenset({"Pod.v1", "Service.v1", "Deployment.apps/v1"})
-_STRIPPED_PREFIXES = ("Workload.kueue.x-k8s.io/",)
+_STRIPPED_GROUPS = frozenset({vocab.CHILD_PODS, vocab.CHILD_SERVICES, vocab.CHILD_DEPLOYMENTS})
+_STRIPPED_PREFIXES = (f"{vocab.KIND_WORKLOAD}.{vocab.KUEUE_GROUP}/",)
 
 _request_decoder = msgspec.json.Decoder(_Request)
 _objects_decoder = msgspec.json.Decoder(Optional[dict[str, _Object]])

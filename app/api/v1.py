@@ -192,14 +192,14 @@ class Role(KubeModel):
     replicas: int = Field(
         default=1,
         ge=1,
-        le=1024,
+        le=vocab.MAX_ROLE_REPLICAS,
         description="Independent serving instances. Changing it adds or removes instances; survivors "
         "are not restarted.",
     )
     size: int = Field(
         default=1,
         ge=1,
-        le=64,
+        le=vocab.MAX_ROLE_SIZE,
         description="Pods per instance (fate-sharing: started, admitted and replaced together). Frozen.",
         json_schema_extra=frozen("roles[].size", in_role=True),
     )
@@ -275,7 +275,7 @@ class ModelDeploymentSpec(KubeModel):
         list[Role],
         Field(
             min_length=1,
-            max_length=10,
+            max_length=vocab.MAX_ROLES,
             description="1 to 10 inference roles. The set of roles cannot be edited after creation.",
             json_schema_extra={**list_map("name"), "x-kubernetes-validations": [cel(
                 "self.size() == oldSelf.size() && self.all(r, oldSelf.exists(o, o.name == r.name))",

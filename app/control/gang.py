@@ -63,10 +63,11 @@ def _check_entry(workload: KubeObject) -> dict[str, Any] | None:
 
 
 def _reserved_since(workload: KubeObject) -> str | None:
-    for cond in (workload.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
-            return cond.get("lastTransitionTime")
-    return None
+    """When the Workload's quota reservation began (None while it holds none)."""
+    cond = obs.condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
+    if cond is None or cond.get("status") != vocab.CONDITION_TRUE:
+        return None
+    return cond.get("lastTransitionTime")
 
 
 def _parse(stamp: str | None) -> datetime | None:

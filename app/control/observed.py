@@ -3,51 +3,54 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from app import vocab
 from app.api.objects import KubeObject, ObjectsByName
 
 
-def condition_true(obj: KubeObject, type_: str) -> bool:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+def status_condition(status: KubeObject | None, type_: str) -> KubeObject | None:
+    """The `conditions` entry of this type in a status (conditions are a map by type), or None.
+
+    The one reader of conditions: Workloads, Pods, the AdmissionCheck and our own status alike."""
+    for cond in (status or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == type_:
-            return cond.get("status") == "True"
-    return False
+            return cond
+    return None
+
+
+def condition(obj: KubeObject | None, type_: str) -> KubeObject | None:
+    """The object's `status.conditions` entry of this type, or None."""
+    return status_condition((obj or {}).get("status"), type_)
+
+
+def condition_true(obj: KubeObject | None, type_: str) -> bool:
+    cond = condition(obj, type_)
+    return cond is not None and cond.get("status") == vocab.CONDITION_TRUE
+
+
+def condition_reason(obj: KubeObject | None, type_: str) -> str:
+    cond = condition(obj, type_)
+    return str(cond.get("reason") or "") if cond is not None else ""
 
 
 def workload_reserved(workload: KubeObject | None) -> bool:
-    return workload is not None and condition_true(workload, "QuotaReserved")
+    return workload is not None and condition_true(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
 
 
 def workload_admitted(workload: KubeObject | None) -> bool:
-    return workload is not None and condition_true(workload, "Admitted")
+    return workload is not None and condition_true(workload, vocab.KUEUE_COND_ADMITTED)
 
 
 def workload_evicted(workload: KubeObject | None) -> bool:
-    return workload is not None and (condition_true(workload, "Evicted") or condition_true(workload, "Preempted"))
-
-
-def condition_reason(obj: KubeObject, type_: str) -> str:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == type_:
-            return str(cond.get("reason") or "")
-    return ""
-
-
-# Kueue evicts with this reason when an admission check asks for a retry (our deadlock release):
-# the group never ran, it is only requeued.
-EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
+    return workload is not None and (condition_true(workload, vocab.KUEUE_COND_EVICTED)
+                                     or condition_true(workload, vocab.KUEUE_COND_PREEMPTED))
 
 
 def workload_evicted_while_running(workload: KubeObject | None) -> bool:
-    """Evicted for a reason that stops a running group (preemption, a PodsReady timeout...)."""
+    """Evicted for a reason that stops a running group (preemption, a PodsReady timeout...), not
+    by an admission check's Retry (our deadlock release), after which the group never ran."""
     return (workload is not None and workload_evicted(workload)
-            and condition_reason(workload, "Evicted") != EVICTED_BY_ADMISSION_CHECK)
-
-
-# Kueue resets every check to Pending when it evicts, saying what it was (pkg/workload/evict).
-RESET_AFTER_EVICTION = "Reset to Pending after eviction. Previously: Ready"
+            and condition_reason(workload, vocab.KUEUE_COND_EVICTED) != vocab.KUEUE_EVICTED_BY_ADMISSION_CHECK)
 
 
 def workload_ran(workload: KubeObject | None) -> bool:
@@ -59,7 +62,8 @@ def workload_ran(workload: KubeObject | None) -> bool:
         return True
     for entry in (workload.get("status") or {}).get("admissionChecks") or []:
         if isinstance(entry, dict) and entry.get("name") == vocab.ADMISSION_CHECK_NAME:
-            return workload_evicted(workload) and str(entry.get("message") or "").startswith(RESET_AFTER_EVICTION)
+            return (workload_evicted(workload)
+                    and str(entry.get("message") or "").startswith(vocab.KUEUE_CHECK_RESET_AFTER_EVICTION))
     return False
 
 
@@ -74,7 +78,7 @@ def workload_uid(workload: KubeObject) -> str:
 
 
 def pod_ready(pod: KubeObject) -> bool:
-    return condition_true(pod, "Ready")
+    return condition_true(pod, vocab.POD_COND_READY)
 
 
 def pod_terminating(pod: KubeObject) -> bool:
@@ -82,21 +86,13 @@ def pod_terminating(pod: KubeObject) -> bool:
 
 
 def pod_finished(pod: KubeObject) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
-
-
-# Kueue marks every Pod it stops with this condition; the reason says why
-# ("WorkloadEvictedDueTo<Evicted reason>" when the group was evicted, "WorkloadDeleted"...).
-POD_TERMINATION_TARGET = "TerminationTarget"
-STOP_REASON_EVICTED = "WorkloadEvicted"
+    return (pod.get("status") or {}).get("phase") in (vocab.POD_PHASE_FAILED, vocab.POD_PHASE_SUCCEEDED)
 
 
 def pod_stopped_by_eviction(pod: KubeObject) -> bool:
     """Kueue stopped this Pod because its group was evicted (readable after the Workload is gone)."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == POD_TERMINATION_TARGET and cond.get("status") == "True":
-            return str(cond.get("reason") or "").startswith(STOP_REASON_EVICTED)
-    return False
+    return (condition_true(pod, vocab.KUEUE_POD_TERMINATION_TARGET)
+            and condition_reason(pod, vocab.KUEUE_POD_TERMINATION_TARGET).startswith(vocab.KUEUE_STOP_REASON_EVICTED))
 
 
 def pod_gated(pod: KubeObject) -> bool:
@@ -113,12 +109,6 @@ def pod_incarnation(pod: KubeObject) -> int:
     """The incarnation of the instance this Pod belongs to (0 when unmarked: the first)."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_INCARNATION, "0")
     return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
-
-
-def pod_uid(pod: KubeObject) -> str:
-    meta = pod.get("metadata") or {}
-    uid: str = meta.get("uid") or meta.get("name", "")
-    return uid
 
 
 @dataclass
@@ -209,7 +199,8 @@ def as_child(observed: KubeObject) -> KubeObject:
     """
     meta = observed.get("metadata") or {}
     keep_meta = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k) is not None}
-    child = {"apiVersion": observed.get("apiVersion", "v1"), "kind": observed.get("kind", "Pod"), "metadata": keep_meta}
+    child = {"apiVersion": observed.get("apiVersion", vocab.CORE_API_VERSION), "kind": observed.get("kind", vocab.KIND_POD),
+             "metadata": keep_meta}
     if "spec" in observed:
         child["spec"] = observed["spec"]
     return child

@@ -35,7 +35,8 @@ ArtifactRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_
                                          vocab.PLURAL_MODEL_ARTIFACTS)
 WorkloadRes = create_namespaced_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, vocab.KIND_WORKLOAD,
                                          vocab.PLURAL_WORKLOADS)
-AdmissionCheckRes = create_global_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, "AdmissionCheck", "admissionchecks")
+AdmissionCheckRes = create_global_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSION, vocab.KIND_ADMISSION_CHECK,
+                                           vocab.PLURAL_ADMISSION_CHECKS)
 ModelDeploymentRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT,
                                                 vocab.PLURAL_MODEL_DEPLOYMENTS)
 
@@ -140,7 +141,8 @@ class Kube:
         """
         generic = self.client._client
         request = generic.prepare_request("delete", res=WorkloadRes, name=name, namespace=namespace)
-        request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        request.data = {"apiVersion": vocab.CORE_API_VERSION, "kind": vocab.KIND_DELETE_OPTIONS,
+                        "preconditions": {"uid": uid}}
         try:
             # lightkube leaves its generic client's `send` unannotated (it returns httpx2's Response).
             sent = await generic.send(generic.build_adapter_request(request))  # type: ignore[no-untyped-call]

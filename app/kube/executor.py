@@ -26,6 +26,7 @@ from lightkube.core.exceptions import ApiError
 
 from app import vocab
 from app.api.objects import KubeObject
+from app.control import observed as obs
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.kube.client import Kube
 from app.render import names
@@ -42,8 +43,8 @@ def utc_now() -> str:
 
 def event_body(intent: RecordEvent, now: str) -> KubeObject:
     return {
-        "apiVersion": "v1",
-        "kind": "Event",
+        "apiVersion": vocab.CORE_API_VERSION,
+        "kind": vocab.KIND_EVENT,
         "metadata": {"name": intent.name, "namespace": intent.namespace},
         "involvedObject": {"apiVersion": vocab.API_VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT,
                            "name": intent.deployment, "namespace": intent.namespace, "uid": intent.deployment_uid},
@@ -77,12 +78,13 @@ def workload_check_body(intent: SetAdmissionCheck) -> KubeObject:
 
 
 def admission_check_bodies(now: str) -> tuple[KubeObject, KubeObject]:
-    spec = {"apiVersion": vocab.KUEUE_API_VERSION, "kind": "AdmissionCheck",
+    spec = {"apiVersion": vocab.KUEUE_API_VERSION, "kind": vocab.KIND_ADMISSION_CHECK,
             "metadata": {"name": vocab.ADMISSION_CHECK_NAME},
             "spec": {"controllerName": vocab.ADMISSION_CHECK_CONTROLLER}}
-    status = {"apiVersion": vocab.KUEUE_API_VERSION, "kind": "AdmissionCheck",
+    status = {"apiVersion": vocab.KUEUE_API_VERSION, "kind": vocab.KIND_ADMISSION_CHECK,
               "metadata": {"name": vocab.ADMISSION_CHECK_NAME},
-              "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
+              "status": {"conditions": [{"type": vocab.ADMISSION_CHECK_COND_ACTIVE, "status": vocab.CONDITION_TRUE,
+                                         "reason": vocab.ADMISSION_CHECK_REASON_ACTIVE,
                                          "message": "the ModelDeployment joint admission controller is running",
                                          "lastTransitionTime": now}]}}
     return spec, status
@@ -156,7 +158,7 @@ def owners_tie(workload: KubeObject, parent: ParentRef, role: str, ordinal: int)
     Kueue owns a plain-pod-group Workload by the group's Pods, all named `<deployment>-<role>-r<k>-…`."""
     prefix = f"{names.instance(parent.name, role, ordinal)}-"
     for owner in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if not isinstance(owner, dict) or owner.get("kind") != "Pod" or not str(owner.get("name", "")).startswith(prefix):
+        if not isinstance(owner, dict) or owner.get("kind") != vocab.KIND_POD or not str(owner.get("name", "")).startswith(prefix):
             return f"owner {owner!r} is not a Pod of replica {names.instance(parent.name, role, ordinal)}"
     return None
 
@@ -233,6 +235,5 @@ class Executor:
             return
         spec, status = admission_check_bodies(utc_now())
         current = await self.kube.admission_check()
-        conditions = ((current or {}).get("status") or {}).get("conditions") or []
-        active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+        active = obs.condition_true(current, vocab.ADMISSION_CHECK_COND_ACTIVE)
         await self.kube.apply_admission_check(spec, None if active else status)

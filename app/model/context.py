@@ -82,18 +82,18 @@ def resolve_attachment(md: ModelDeployment, world: World) -> Attachment | None:
                                        "grant the pool")
     pool_name = binding.spec.pool_ref.name
     base = Attachment(binding=name, pool=pool_name, domain=binding.spec.domain)
-    if binding.metadata.deletion_timestamp or binding.status.phase == "Deleting":
+    if binding.metadata.deletion_timestamp or binding.status.phase == vocab.POOL_PHASE_DELETING:
         return _hold(base, vocab.REASON_BINDING_DELETING, f"KVCachePoolBinding {name!r} is being deleted")
-    if binding.status.phase != "Ready":
+    if binding.status.phase != vocab.POOL_PHASE_READY:
         return _hold(base, vocab.REASON_BINDING_NOT_READY,
                      f"KVCachePoolBinding {name!r} is {binding.status.phase or 'not yet reconciled'}, not Ready")
     pool: KVCachePool | None = world.pools.get(pool_name)
     if pool is None:
         return _hold(base, vocab.REASON_BINDING_NOT_READY, f"KVCachePool {pool_name!r} of binding {name!r} "
                      f"{world.absence(vocab.KIND_KV_CACHE_POOL, pool_name)}")
-    if pool.metadata.deletion_timestamp or pool.status.phase == "Deleting":
+    if pool.metadata.deletion_timestamp or pool.status.phase == vocab.POOL_PHASE_DELETING:
         return _hold(base, vocab.REASON_BINDING_DELETING, f"KVCachePool {pool_name!r} is being deleted")
-    if pool.status.phase not in ("Ready", "Degraded") or not pool.status.client_endpoint:
+    if pool.status.phase not in (vocab.POOL_PHASE_READY, vocab.POOL_PHASE_DEGRADED) or not pool.status.client_endpoint:
         return _hold(base, vocab.REASON_BINDING_NOT_READY,
                      f"KVCachePool {pool_name!r} is {pool.status.phase or 'not yet reconciled'} and has "
                      f"{'published' if pool.status.client_endpoint else 'not published'} its client endpoint")

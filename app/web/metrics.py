@@ -16,6 +16,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from app import vocab
 from app.api.objects import KubeObject
+from app.control import observed as obs
 from app.control.intents import Intent, SetAdmissionCheck
 
 HOOK_LATENCY = Histogram(
@@ -88,10 +89,6 @@ def _seconds(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def _condition(status: KubeObject | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
-
-
 def _key(parent: KubeObject) -> tuple[str, str]:
     meta = parent.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
@@ -118,13 +115,13 @@ def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], 
         for kind in REPLICA_KINDS:
             ROLE_REPLICAS.remove(namespace, name, gone, kind)
     _roles[(namespace, name)] = roles
-    up_to_date = _condition(status, vocab.COND_REPLICAS_UP_TO_DATE)
+    up_to_date = obs.status_condition(status, vocab.COND_REPLICAS_UP_TO_DATE)
     ROLLOUT_IN_PROGRESS.labels(namespace, name).set(
         1 if up_to_date and up_to_date.get("reason") in ROLLOUT_REASONS else 0)
     LAST_SYNC.labels(namespace, name).set(_seconds(now))
-    before = _condition(parent.get("status"), vocab.COND_QUOTA_RESERVED)
-    after = _condition(status, vocab.COND_QUOTA_RESERVED)
-    if before and after and before.get("status") != "True" and after.get("status") == "True" \
+    before = obs.condition(parent, vocab.COND_QUOTA_RESERVED)
+    after = obs.status_condition(status, vocab.COND_QUOTA_RESERVED)
+    if before and after and before.get("status") != vocab.CONDITION_TRUE and after.get("status") == vocab.CONDITION_TRUE \
             and before.get("lastTransitionTime"):
         ADMISSION_WAIT.labels(namespace, name).observe(max(0.0, _seconds(now) - _seconds(before["lastTransitionTime"])))
     if any(isinstance(i, SetAdmissionCheck) and i.state == vocab.CHECK_STATE_RETRY and i.last_transition_time == now
