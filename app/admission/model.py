@@ -7,7 +7,6 @@ refusal of one request is returned together (SPEC §10).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from app import vocab
 from app.api.objects import KubeObject
@@ -74,17 +73,8 @@ class Subject:
     def engine(self) -> str:
         return self.md.spec.engine.name
 
-    @property
-    def creating(self) -> bool:
-        return self.old is None
-
     def old_role(self, name: str) -> Role | None:
         return self.old.role(name) if self.old is not None else None
-
-    def raw_role(self, index: int) -> KubeObject:
-        roles = (self.raw.get("spec") or {}).get("roles") or []
-        role = roles[index] if index < len(roles) else None
-        return role if isinstance(role, dict) else {}
 
 
 def role_path(index: int, *rest: str) -> str:

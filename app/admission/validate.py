@@ -149,11 +149,6 @@ def repair(raw: Any) -> tuple[KubeObject, ModelDeployment] | None:
     return None
 
 
-def is_deleting(raw: Any) -> bool:
-    meta = raw.get("metadata") if isinstance(raw, dict) else None
-    return bool(isinstance(meta, dict) and meta.get("deletionTimestamp"))
-
-
 def validate(raw: KubeObject, old_raw: KubeObject | None, world: World | None, *,
              kv_cache_dtype_owned: bool = True, max_pods: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT) -> Verdict:
     """Every refusal and warning for `raw` (an update when `old_raw` is given).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from app import quantity
@@ -97,11 +97,6 @@ def frozen_presence(path: str, field: str, *, parent: str | None = None, in_role
         field_path = f".{field}"
     message = f"{path} is frozen and may not be added or removed: {FROZEN_WHY}" + (FROZEN_MERGE_PATCH if in_role else "")
     return cel(f"{new} == {old}", message, field_path=field_path, reason="FieldValueForbidden")
-
-
-def doc_field(description: str, **kwargs: Any) -> Any:
-    """A Field whose description becomes `kubectl explain` text."""
-    return Field(description=description, **kwargs)
 
 
 class KubeModel(BaseModel):

@@ -64,10 +64,6 @@ class EngineFlags:
         """The canonical long option of an exact option string (itself when it is canonical)."""
         return self.synonyms.get(option_string, option_string)
 
-    def strings_of(self, flag: str) -> frozenset[str]:
-        """Every option string that is the canonical `flag` (the flag itself and its synonyms)."""
-        return frozenset({flag, *(s for s, c in self.synonyms.items() if c == flag)})
-
 
 def load_flags(file_name: str, *, engine: str, underscores_to_dashes: bool, dotted_members: bool) -> EngineFlags:
     """The option table of `engine` from its data file, with how its parser rewrites a line first."""
