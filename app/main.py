@@ -14,9 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.api.hook_docs import describe_hooks
 from app.control.sync import SyncSettings
 from app.kube.client import Kube, load_config
-from app.kube.executor import Executor
+from app.control.scaler import ScalerSettings
+from app.kube.executor import Executor, ScalerExecutor
 from app.settings import Settings
-from app.web import hooks, webhooks
+from app.web import hooks, scaler_hooks, webhooks
 from app.web.guard import BodyLimit
 from app.web.state import ServiceState
 from app.world import DirectoryWorld
@@ -39,6 +40,8 @@ def build_state(settings: Settings) -> ServiceState:
         executor=Executor(kube),
         kube=kube,
         directory_world=directory,
+        scaler_settings=ScalerSettings(max_pods_per_deployment=settings.max_pods_per_deployment),
+        scaler_executor=ScalerExecutor(kube),
     )
 
 
@@ -72,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="ModelDeployment operator", version="0.1.0", lifespan=lifespan)
     app.include_router(hooks.router)
+    app.include_router(scaler_hooks.router)
     app.include_router(webhooks.router)
     describe_hooks(app)  # the hook bodies in /openapi.json
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, max_values=settings.max_body_values)

@@ -352,3 +352,32 @@ DECLARED_CHILD_MAPS = (CHILD_PODS, CHILD_SERVICES, CHILD_CONFIGMAPS, CHILD_SERVI
 # Paths the operator mounts into a managed role's engine container; a user mount at, over or under
 # one replaces what the operator put there.
 OPERATOR_OWNED_MOUNT_PATHS = (KVCACHE_CONFIG_DIR, KVCACHE_CONFIG_PATH, SHM_PATH)
+
+# --- ModelDeploymentScaler: per-role autoscaling through a scale subresource (docs/autoscaling.md) --
+
+KIND_MODEL_DEPLOYMENT_SCALER = "ModelDeploymentScaler"
+PLURAL_MODEL_DEPLOYMENT_SCALERS = "modeldeploymentscalers"
+SHORT_NAME_MODEL_DEPLOYMENT_SCALER = "mds"
+RELATED_MODEL_DEPLOYMENTS = f"{KIND_MODEL_DEPLOYMENT}.{API_VERSION}"
+# The server-side-apply field manager of the roles' `replicas` the scaler writes on its deployment.
+SCALER_FIELD_MANAGER = "worker.gpustack.ai/model-deployment-scaler"
+# The scaler's own bounds: a ratio is replicas of a role per unit; a unit count is what HPA writes.
+MAX_SCALER_RATIO = 1024
+MAX_SCALER_REPLICAS = 1024
+# The Scale object the API server hands a webhook for a /scale write.
+SCALE_SUBRESOURCE = "scale"
+KIND_SCALE = "Scale"
+
+COND_SCALER_ACTIVE = "Active"
+COND_SCALER_QUOTA_RESERVED = COND_QUOTA_RESERVED
+REASON_SCALER_SYNCED = "Synced"
+REASON_DEPLOYMENT_NOT_FOUND = "DeploymentNotFound"
+REASON_ROLE_NOT_FOUND = "RoleNotFound"
+REASON_SCALE_REFUSED = "ScaleRefused"
+REASON_CONFLICT = "Conflict"
+REASON_QUOTA_PENDING = "QuotaPending"
+REASON_DEPLOYMENT_UNKNOWN = "DeploymentUnknown"
+
+EVENT_SCALED = "Scaled"
+EVENT_SCALE_REFUSED = "ScaleRefused"
+EVENT_REPLICAS_CONFLICT = "ReplicasConflict"

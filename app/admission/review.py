@@ -312,7 +312,7 @@ def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
     """The API server's own checks first (apiVersion, kind, strict unknown fields, as kubectl's
     strict field validation asks), then both webhooks on what the user meant (a near-miss field
     renamed), every refusal reported together."""
-    strict = fields.type_refusals(obj) + fields.unknown_fields(obj)
+    strict = fields.api_server_refusals(obj)
     target = fields.corrected(obj) if strict else obj
     _mutated, validated = asyncio.run(review_offline(target, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned))
     response = validated["response"]
@@ -321,14 +321,25 @@ def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
         return OfflineVerdict(True, "", warnings)
     lines = [str(r) for r in strict]
     if not response["allowed"]:
-        lines += _message_lines(response["status"]["message"])
+        # A field the API server's checks refused already is named once, by them.
+        refused = {r.path for r in strict}
+        lines += [line for line in _message_lines(response["status"]["message"])
+                  if not fields.covered(line.split(": ", 1)[0], refused)]
     message = lines[0] if len(lines) == 1 else f"{len(lines)} problems:\n" + "\n".join(lines)
     return OfflineVerdict(False, message, warnings)
 
 
 def _deployments(path: Path) -> list[KubeObject]:
     """The ModelDeployments of a file, and objects of our group whose kind is a near miss of it."""
-    return [o for o in load_yaml_objects(path) if fields.is_candidate(o)]
+    return [o for o in load_yaml_objects(path) if fields.is_candidate(o) and not _is_scaler(o)]
+
+
+def _is_scaler(obj: KubeObject) -> bool:
+    return obj.get("kind") == vocab.KIND_MODEL_DEPLOYMENT_SCALER
+
+
+def _scalers(path: Path) -> list[KubeObject]:
+    return [o for o in load_yaml_objects(path) if _is_scaler(o)]
 
 
 def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cache_dtype_owned: bool | None = None,
@@ -342,14 +353,24 @@ def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cac
         kv_cache_dtype_owned = Settings().kv_cache_dtype_owned
     try:
         deployments = _deployments(file)
+        scalers = _scalers(file)
         olds = _deployments(old) if old is not None else []
+        old_scalers = _scalers(old) if old is not None else []
         cluster = World.of(load_yaml_objects(world)) if world is not None else World()
     except Exception as exc:  # noqa: BLE001 - unreadable files and YAML errors alike
         print(f"error: {exc}", file=err)
         return 2
-    if not deployments:
-        print(f"error: {file} holds no ModelDeployment", file=err)
+    if not deployments and not scalers:
+        print(f"error: {file} holds no ModelDeployment or ModelDeploymentScaler", file=err)
         return 2
+    if scalers:
+        from app.admission.scaler import print_scaler_verdicts
+
+        scaler_status = print_scaler_verdicts(scalers, old_scalers, deployments, out)
+        if not deployments:
+            return scaler_status
+    else:
+        scaler_status = 0
     old_by_name = {(o.get("metadata") or {}).get("name"): o for o in olds}
     status = 0
     quiet = log.level
@@ -358,7 +379,7 @@ def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cac
         status = _print_verdicts(deployments, olds, old_by_name, cluster, kv_cache_dtype_owned, out, err)
     finally:
         log.setLevel(quiet)
-    return status
+    return max(status, scaler_status)
 
 
 def _print_verdicts(deployments: list[KubeObject], olds: list[KubeObject], old_by_name: dict[Any, Any],

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from app import vocab
-from app.api import cluster, v1
+from app.api import cluster, scaler, v1
 from app.api.objects import KubeObject
 
 # Defaults that carry no information would be written into every stored object; keep scalars only.
@@ -81,6 +81,7 @@ def _crd(
     status_schema: dict[str, Any],
     printer_columns: list[dict[str, Any]] | None = None,
     spec_required: bool = True,
+    scale: dict[str, str] | None = None,
 ) -> KubeObject:
     properties: dict[str, Any] = {
         "apiVersion": {"type": "string", "description": "APIVersion of this representation of the object."},
@@ -97,7 +98,7 @@ def _crd(
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": root},
-        "subresources": {"status": {}},
+        "subresources": {"status": {}, **({"scale": scale} if scale else {})},
     }
     if printer_columns:
         version["additionalPrinterColumns"] = printer_columns
@@ -149,6 +150,34 @@ def model_deployment_crd() -> KubeObject:
     )
 
 
+def model_deployment_scaler_crd() -> KubeObject:
+    """The scaler's CRD: its `scale` subresource is what HPA, KEDA and `kubectl scale` drive."""
+    spec = structural(scaler.ModelDeploymentScalerSpec)
+    spec["description"] = "The deployment, its roles with their ratios, and the units (replicas) to run."
+    status = structural(scaler.ModelDeploymentScalerStatus)
+    status["description"] = "Observed state of the governed roles, rebuilt on every sync."
+    return _crd(
+        kind=vocab.KIND_MODEL_DEPLOYMENT_SCALER,
+        plural=vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS,
+        short_names=[vocab.SHORT_NAME_MODEL_DEPLOYMENT_SCALER],
+        scope="Namespaced",
+        description="ModelDeploymentScaler scales roles of one ModelDeployment together at fixed ratios through a "
+        "scale subresource (HPA, KEDA, kubectl scale): each unit is ratio replicas of every listed role.",
+        spec_schema=spec,
+        status_schema=status,
+        printer_columns=[
+            {"name": "Deployment", "type": "string", "jsonPath": ".spec.deploymentRef.name"},
+            {"name": "Roles", "type": "string", "jsonPath": ".status.roleRatios"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "Declared", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
+            _age(),
+        ],
+        scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+               "labelSelectorPath": ".status.selector"},
+    )
+
+
 def _supporting(model: type[BaseModel], field: str) -> dict[str, Any]:
     # Every caller's `spec`/`status` field is annotated with a model class; pydantic types an
     # annotation as `type[Any] | None`.
@@ -191,5 +220,5 @@ def supporting_crds() -> list[KubeObject]:
 
 def all_crds() -> dict[str, KubeObject]:
     """File name -> CRD, in a stable order."""
-    crds = [model_deployment_crd(), *supporting_crds()]
+    crds = [model_deployment_crd(), model_deployment_scaler_crd(), *supporting_crds()]
     return {f"{crd['metadata']['name']}.yaml": crd for crd in crds}

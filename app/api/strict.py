@@ -75,6 +75,7 @@ class _RoleStatus(TypedDict, total=False):
     desired: Optional[Int64]
     ready: Optional[Int64]
     quotaReserved: Optional[Int64]
+    admitted: Optional[Int64]
 
 
 class _ParentStatus(TypedDict, total=False):

@@ -327,6 +327,8 @@ class RoleStatus(KubeModel):
     desired: int = Field(description="Declared replicas.")
     ready: int = Field(description="Replicas whose every Pod is Ready.")
     quota_reserved: int = Field(description="Replicas whose Kueue Workload holds quota.")
+    admitted: int | None = Field(default=None, description="Replicas whose Kueue Workload is admitted (holds quota "
+                                 "and passed every admission check, so its Pods may run).")
     unmanaged: bool = Field(description="The role took over the command line.")
     image: str | None = Field(default=None, description="The engine image rendered.")
     kv_events_endpoints: list[str] | None = Field(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app import vocab
+
 
 @dataclass(frozen=True)
 class DeleteWorkload:
@@ -20,7 +22,10 @@ class DeleteWorkload:
 
 @dataclass(frozen=True)
 class RecordEvent:
-    """An Event on the ModelDeployment; `name` is deterministic so one occurrence is one Event."""
+    """An Event on the pass's parent; `name` is deterministic so one occurrence is one Event.
+
+    `deployment`/`deployment_uid` name the parent: a ModelDeployment, or the object of kind
+    `involved_kind` (a ModelDeploymentScaler's pass records its Events on the scaler)."""
 
     namespace: str
     deployment: str
@@ -29,6 +34,7 @@ class RecordEvent:
     reason: str
     type: str
     message: str
+    involved_kind: str = vocab.KIND_MODEL_DEPLOYMENT
 
 
 @dataclass(frozen=True)
@@ -43,4 +49,15 @@ class SetAdmissionCheck:
     last_transition_time: str
 
 
-Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck
+@dataclass(frozen=True)
+class ApplyRoleReplicas:
+    """A scaler's write: the listed roles' `spec.roles[].replicas` on its deployment, by server-side
+    apply as the scaler's field manager (docs/autoscaling.md#the-write). Nothing else is written."""
+
+    namespace: str
+    deployment: str
+    deployment_uid: str
+    replicas: tuple[tuple[str, int], ...]  # (role, replicas), in the scaler's role order
+
+
+Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | ApplyRoleReplicas

@@ -243,6 +243,7 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
         declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
         ready = sum(1 for p in declared if p.ready)
         reserved = sum(1 for p in declared if p.reserved)
+        admitted = sum(1 for p in declared if p.admitted)
         total_ready += ready
         ready_by_kind[render.role.kind] = ready_by_kind.get(render.role.kind, 0) + ready
         all_ready = all_ready and ready == render.role.replicas
@@ -252,6 +253,7 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
             "desired": render.role.replicas,
             "ready": ready,
             "quotaReserved": reserved,
+            "admitted": admitted,
             "unmanaged": render.unmanaged,
             "image": render.image,
         }

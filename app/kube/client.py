@@ -39,6 +39,8 @@ AdmissionCheckRes = create_global_resource(vocab.KUEUE_GROUP, vocab.KUEUE_VERSIO
                                            vocab.PLURAL_ADMISSION_CHECKS)
 ModelDeploymentRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT,
                                                 vocab.PLURAL_MODEL_DEPLOYMENTS)
+ScalerRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT_SCALER,
+                                       vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS)
 
 
 class ClusterUnreachable(Exception):
@@ -113,6 +115,32 @@ class Kube:
             objects.extend(listed)
         return World.of(objects)
 
+    async def scaler_world(self, namespace: str, deployment: str) -> tuple[KubeObject | None, list[KubeObject]]:
+        """What a scaler's admission reads, live: its deployment (None when absent) and the namespace's scalers."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                found, listed = await asyncio.gather(
+                    self._get(ModelDeploymentRes, deployment, namespace),
+                    self._list_in(ScalerRes, vocab.KIND_MODEL_DEPLOYMENT_SCALER, namespace))
+        except (httpx2.HTTPError, OSError, TimeoutError) as exc:
+            raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
+        return found, listed
+
+    async def stored_scaler(self, namespace: str, name: str) -> KubeObject | None:
+        """A scaler as stored (a /scale write's review carries only the Scale, not the scaler)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._get(ScalerRes, name, namespace)
+        except (httpx2.HTTPError, OSError, TimeoutError) as exc:
+            raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
+
+    async def _list_in(self, res: Any, kind: str, namespace: str) -> list[KubeObject]:
+        try:
+            return [{"apiVersion": vocab.API_VERSION, "kind": kind, **_plain(obj)}
+                    async for obj in self.client.list(res, namespace=namespace)]
+        except ApiError as exc:
+            raise ClusterUnreachable(f"the API server refused to list {res.__name__}: {exc.status.message}") from exc
+
     # --- side effects ------------------------------------------------------------------------
 
     async def model_deployment(self, namespace: str, name: str) -> KubeObject | None:
@@ -123,6 +151,33 @@ class Kube:
             if exc.status.code == 404:
                 return None
             raise
+
+    async def scaler(self, namespace: str, name: str) -> KubeObject | None:
+        """The live scaler (None when it does not exist): the executor's check before its write."""
+        try:
+            return _plain(await self.client.get(ScalerRes, name, namespace=namespace))
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    async def apply_role_replicas(self, namespace: str, name: str, uid: str,
+                                  replicas: tuple[tuple[str, int], ...]) -> str | None:
+        """Server-side apply of the roles' `replicas` as the scaler's field manager, forced: the scaler owns
+        those fields (docs/autoscaling.md#the-write). The uid ties the write to the deployment the scaler
+        observed. None when written; the API server's message when it refused (a webhook, the schema,
+        another object now holding the name), which the scaler reports."""
+        body = {"apiVersion": vocab.API_VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT,
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "spec": {"roles": [{"name": role, "replicas": count} for role, count in replicas]}}
+        try:
+            await self.client.patch(ModelDeploymentRes, name, body, namespace=namespace, patch_type=PatchType.APPLY,
+                                    field_manager=vocab.SCALER_FIELD_MANAGER, force=True)
+        except ApiError as exc:
+            if exc.status.code in (400, 403, 404, 409, 422):
+                return str(exc.status.message or exc)
+            raise
+        return None
 
     async def workload(self, namespace: str, name: str) -> KubeObject | None:
         try:

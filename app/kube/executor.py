@@ -27,7 +27,7 @@ from lightkube.core.exceptions import ApiError
 from app import vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
+from app.control.intents import ApplyRoleReplicas, DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.kube.client import Kube
 from app.render import names
 
@@ -46,7 +46,7 @@ def event_body(intent: RecordEvent, now: str) -> KubeObject:
         "apiVersion": vocab.CORE_API_VERSION,
         "kind": vocab.KIND_EVENT,
         "metadata": {"name": intent.name, "namespace": intent.namespace},
-        "involvedObject": {"apiVersion": vocab.API_VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT,
+        "involvedObject": {"apiVersion": vocab.API_VERSION, "kind": intent.involved_kind,
                            "name": intent.deployment, "namespace": intent.namespace, "uid": intent.deployment_uid},
         "reason": intent.reason,
         "message": intent.message[:1024],
@@ -97,6 +97,7 @@ class ParentRef:
     namespace: str
     name: str
     uid: str
+    kind: str = vocab.KIND_MODEL_DEPLOYMENT
 
 
 class ParentMismatch(Exception):
@@ -142,8 +143,10 @@ def foreign(intent: Intent, parent: ParentRef, groups: dict[str, tuple[str, int]
     """Why an intent is not about the parent (None when it is)."""
     if intent.namespace != parent.namespace:
         return f"namespace {intent.namespace!r} is not the parent's {parent.namespace!r}"
+    if isinstance(intent, ApplyRoleReplicas):
+        return "a replicas write belongs to a ModelDeploymentScaler's pass"
     if isinstance(intent, RecordEvent):
-        if (intent.deployment, intent.deployment_uid) != (parent.name, parent.uid):
+        if (intent.involved_kind, intent.deployment, intent.deployment_uid) != (parent.kind, parent.name, parent.uid):
             return f"the Event is about {intent.deployment!r} (uid {intent.deployment_uid!r}), not the parent"
         return None
     workload = intent.name if isinstance(intent, DeleteWorkload) else intent.workload
@@ -208,6 +211,8 @@ class Executor:
                 await self.kube.create_event(event_body(intent, utc_now()))
             except (ApiError, OSError) as exc:
                 log.warning("could not record event %s: %s", intent.name, exc)
+        elif isinstance(intent, ApplyRoleReplicas):
+            log.warning("dropped a replicas write outside a scaler pass: %s", intent)
         elif isinstance(intent, SetAdmissionCheck):
             try:
                 await self.kube.apply_workload_check(intent.namespace, intent.workload, workload_check_body(intent))
@@ -237,3 +242,84 @@ class Executor:
         current = await self.kube.admission_check()
         active = obs.condition_true(current, vocab.ADMISSION_CHECK_COND_ACTIVE)
         await self.kube.apply_admission_check(spec, None if active else status)
+
+
+# --- a ModelDeploymentScaler's pass (docs/autoscaling.md#trust) -----------------------------------
+
+
+async def confirm_scaler(kube: Kube, parent: ParentRef) -> KubeObject:
+    """The live scaler, or ParentMismatch when it is not the one the request names."""
+    live = await kube.scaler(parent.namespace, parent.name)
+    if live is None:
+        raise ParentMismatch(f"ModelDeploymentScaler {parent.namespace}/{parent.name} does not exist on the API "
+                             "server: nothing was written; a hook request must come from Metacontroller for a stored "
+                             "scaler", 404)
+    live_uid = (live.get("metadata") or {}).get("uid")
+    if live_uid != parent.uid:
+        raise ParentMismatch(f"ModelDeploymentScaler {parent.namespace}/{parent.name} has uid {live_uid!r}, not the "
+                             f"request's {parent.uid!r}: nothing was written; Metacontroller retries with the stored "
+                             "scaler", 409)
+    return live
+
+
+def scaler_write_problem(intent: ApplyRoleReplicas, parent: ParentRef, live: KubeObject) -> str | None:
+    """Why a replicas write is not exactly what the live scaler asks for (None when it is): only the
+    deployment its deploymentRef names, in its namespace, only its roles, each at ratio × replicas."""
+    if intent.namespace != parent.namespace:
+        return f"namespace {intent.namespace!r} is not the scaler's {parent.namespace!r}"
+    spec = live.get("spec") or {}
+    target = (spec.get("deploymentRef") or {}).get("name")
+    if intent.deployment != target:
+        return f"deployment {intent.deployment!r} is not the one the scaler names ({target!r})"
+    units = spec.get("replicas", 1)
+    roles = spec.get("roles") or []
+    wanted = tuple((r.get("name"), r.get("ratio", 1) * units) for r in roles if isinstance(r, dict))
+    if intent.replicas != wanted:
+        return f"replicas {intent.replicas} are not the live scaler's {wanted} (it changed since; the next pass writes)"
+    return None
+
+
+class ScalerExecutor:
+    """Carries out one scaler pass's intents: confirm the scaler, write, then record the Events.
+
+    `run` answers the API server's refusal of the write (a webhook's message), so the pass can
+    report it; any other failure raises and the hook answers 5xx (Metacontroller retries)."""
+
+    def __init__(self, kube: Kube | None) -> None:
+        self.kube = kube
+
+    async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> str | None:
+        intents = list(intents)
+        if not intents:
+            return None
+        if self.kube is None:
+            for intent in intents:
+                log.info("no API server: skipped %s", intent)
+            return None
+        live = await confirm_scaler(self.kube, parent)
+        refusal = None
+        for intent in intents:
+            if isinstance(intent, ApplyRoleReplicas):
+                problem = scaler_write_problem(intent, parent, live)
+                if problem is not None:
+                    log.warning("dropped a replicas write of %s/%s: %s", parent.namespace, parent.name, problem)
+                    continue
+                refusal = await self.kube.apply_role_replicas(intent.namespace, intent.deployment,
+                                                              intent.deployment_uid, intent.replicas)
+                if refusal is None:
+                    log.info("scaler %s/%s set %s on %s", parent.namespace, parent.name, intent.replicas,
+                             intent.deployment)
+        await self.record(parent, [i for i in intents if isinstance(i, RecordEvent)])
+        return refusal
+
+    async def record(self, parent: ParentRef, events: list[RecordEvent]) -> None:
+        assert self.kube is not None
+        for event in events:
+            if (event.namespace, event.involved_kind, event.deployment, event.deployment_uid) != (
+                    parent.namespace, parent.kind, parent.name, parent.uid):
+                log.warning("dropped an Event not about scaler %s/%s: %s", parent.namespace, parent.name, event)
+                continue
+            try:
+                await self.kube.create_event(event_body(event, utc_now()))
+            except (ApiError, OSError) as exc:
+                log.warning("could not record event %s: %s", event.name, exc)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from app.control.scaler import ScalerSettings
 from app.control.sync import SyncSettings
 from app.kube.client import Kube
-from app.kube.executor import Executor
+from app.kube.executor import Executor, ScalerExecutor
 from app.settings import Settings
 from app.world import DirectoryWorld
 
@@ -18,3 +19,5 @@ class ServiceState:
     executor: Executor
     kube: Kube | None
     directory_world: DirectoryWorld | None
+    scaler_settings: ScalerSettings = field(default_factory=ScalerSettings)
+    scaler_executor: ScalerExecutor = field(default_factory=lambda: ScalerExecutor(None))

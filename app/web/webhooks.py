@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app import vocab
 from app.admission import review
+from app.admission import scaler as scaler_review
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
 from app.web.metrics import WEBHOOK_DECISIONS, WEBHOOK_LATENCY
@@ -112,3 +113,35 @@ async def validate(request: Request) -> Response:
     max_pods = state.settings.max_pods_per_deployment if state is not None else vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
     return _answer("validate", started, await review.validate_review(body, world_source(state),
                                                                      kv_cache_dtype_owned=owned, max_pods=max_pods))
+
+
+def scaler_sources(state: ServiceState | None) -> tuple[scaler_review.ScalerWorldSource, scaler_review.StoredScalerSource]:
+    """The deployment and the namespace's scalers, read live from the API server. Without one (a local
+    run on a world directory) nothing is known beside the scaler: the rules that read the cluster pass."""
+
+    async def world(namespace: str, deployment: str) -> tuple[Any, list[Any]]:
+        if state is not None and state.kube is not None:
+            return await state.kube.scaler_world(namespace, deployment)
+        if state is not None and state.directory_world is not None:
+            return None, []
+        raise ClusterUnreachable("no API server is configured for the webhook (and no world directory is set)")
+
+    async def stored(namespace: str, name: str) -> Any:
+        if state is not None and state.kube is not None:
+            return await state.kube.stored_scaler(namespace, name)
+        raise ClusterUnreachable("no API server is configured to read the stored scaler of a /scale write")
+
+    return world, stored
+
+
+@router.post("/scaler/validate")
+async def validate_scaler(request: Request) -> Response:
+    started = time.perf_counter()
+    body = await _body(request)
+    if not isinstance(body, dict):
+        return body
+    state = _state(request)
+    max_pods = state.settings.max_pods_per_deployment if state is not None else vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
+    world, stored = scaler_sources(state)
+    return _answer("validate-scaler", started,
+                   await scaler_review.validate_scaler_review(body, world, stored, max_pods=max_pods))

@@ -33,7 +33,7 @@ def test_webhook_configuration(kind: str) -> None:
     config = _docs()[kind]
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         "gpustack-system/modeldeployment-operator-webhook"
-    (hook,) = config["webhooks"]
+    hook = config["webhooks"][0]
     assert hook["admissionReviewVersions"] == ["v1"]
     assert hook["sideEffects"] == "None"
     assert hook["failurePolicy"] == "Fail"
@@ -43,6 +43,18 @@ def test_webhook_configuration(kind: str) -> None:
     (rule,) = hook["rules"]
     assert rule["apiGroups"] == ["worker.gpustack.ai"] and rule["apiVersions"] == ["v1"]
     assert rule["operations"] == ["CREATE", "UPDATE"] and rule["resources"] == ["modeldeployments"]
+
+
+def test_the_scaler_webhook_judges_scaler_writes_and_their_scale_subresource() -> None:
+    """An HPA's or `kubectl scale`'s write arrives on /scale: without the subresource in the rule,
+    a step past a bound would be stored and only fail later, on the deployment."""
+    hooks = _docs()["ValidatingWebhookConfiguration"]["webhooks"]
+    (scaler,) = [h for h in hooks if h["name"] == "validate.modeldeploymentscalers.worker.gpustack.ai"]
+    assert scaler["failurePolicy"] == "Fail" and scaler["sideEffects"] == "None"
+    assert scaler["clientConfig"]["service"]["path"] == "/webhooks/scaler/validate"
+    (rule,) = scaler["rules"]
+    assert rule["resources"] == ["modeldeploymentscalers", "modeldeploymentscalers/scale"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]
 
 
 def test_certificate_serves_the_service_and_feeds_the_injector() -> None:

@@ -24,7 +24,8 @@ def kustomize(path: str) -> list[dict]:
 def test_base_renders_and_every_core_object_is_valid():
     objects = kustomize("manifests")
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds.count("CustomResourceDefinition") == 6
+    assert kinds.count("CustomResourceDefinition") == 7  # ModelDeployment, its scaler and the five supporting kinds
+    assert kinds.count("CompositeController") == 2  # the deployment's and the scaler's
     assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
             "CompositeController"} <= set(kinds)
     for obj in objects:

@@ -156,7 +156,7 @@ def test_installed_wheel_runs_from_outside_the_source_tree(installed, tmp_path):
     no_tree = _run(installed, tmp_path, "crds")
     assert no_tree.returncode == 2 and "--out" in no_tree.stderr
     wrote = _run(installed, tmp_path, "crds", "--out", "crds")
-    assert wrote.returncode == 0 and len(list((tmp_path / "crds").glob("*.yaml"))) == 6
+    assert wrote.returncode == 0 and len(list((tmp_path / "crds").glob("*.yaml"))) == 7
 
 
 def test_installed_wheel_serves(installed, tmp_path):

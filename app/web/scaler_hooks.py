@@ -1,0 +1,121 @@
+"""The ModelDeploymentScaler's Metacontroller hooks: parse, plan, write, answer (docs/autoscaling.md).
+
+A second CompositeController (parent `modeldeploymentscalers`, no children) calls
+`/hooks/scaler/customize` and `/hooks/scaler/sync` on the same service. Never a 200 without
+`status`: any failure answers non-200 and Metacontroller leaves the scaler as it is and retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from app.api.hooks import sync_response
+from app.api.scaler import BadScalerRequest, check_scaler_request
+from app.control import scaler as plan
+from app.kube.executor import ParentMismatch, ParentRef, utc_now
+from app import vocab
+from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
+from app.web.state import ServiceState
+
+log = logging.getLogger("app.hooks.scaler")
+router = APIRouter(prefix="/hooks/scaler", tags=["metacontroller"])
+
+
+def _json(body: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+def _invalid(exc: ValidationError, what: str) -> str:
+    errors = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                       for e in exc.errors(include_url=False, include_input=False)[:3])
+    return f"the {what} does not match the schema: {errors}"
+
+
+def _request(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadScalerRequest(f"request body is not JSON: {exc}") from exc
+    check_scaler_request(body)
+    result: dict[str, Any] = body
+    return result
+
+
+async def _sync(request: Request) -> Response:
+    state: ServiceState = request.app.state.service
+    body = _request(await request.body())
+    try:
+        scaler = plan.parse_scaler(body["parent"])
+    except ValidationError as exc:
+        raise _Unprocessable(_invalid(exc, "parent ModelDeploymentScaler")) from exc
+    deployment = plan.target_deployment(scaler, body.get("related") or {})
+    now = utc_now()
+    try:
+        result = plan.plan(scaler, deployment, state.scaler_settings, now=now)
+    except ValidationError as exc:
+        raise _Unprocessable(_invalid(exc, f"related ModelDeployment {scaler.spec.deployment_ref.name}")) from exc
+    meta = scaler.metadata
+    parent = ParentRef(namespace=meta.namespace, name=meta.name, uid=meta.uid, kind=vocab.KIND_MODEL_DEPLOYMENT_SCALER)
+    refusal = await state.scaler_executor.run(parent, result.intents)
+    if refusal is not None:
+        result = plan.refused(result, None, None, f"the API server refused it: {refusal}", now)
+        await state.scaler_executor.run(parent, result.intents)
+    write = plan.write_of(result)
+    log.info("scaler sync %s/%s: %s, %s", meta.namespace, meta.name,
+             f"wrote {dict(write.replicas)}" if write and refusal is None else "no write",
+             next((c["reason"] for c in result.status["conditions"] if c["type"] == vocab.COND_SCALER_ACTIVE), ""))
+    return _json(sync_response(result.status, [], result.resync_after))
+
+
+class _Unprocessable(Exception):
+    pass
+
+
+@router.post("/sync")
+async def sync(request: Request) -> Response:
+    started = time.perf_counter()
+    try:
+        return await _sync(request)
+    except BadScalerRequest as exc:
+        HOOK_ERRORS.labels("scaler-sync", "bad_request").inc()
+        return _json({"error": str(exc)}, 400)
+    except _Unprocessable as exc:
+        HOOK_ERRORS.labels("scaler-sync", "invalid_parent").inc()
+        return _json({"error": str(exc)}, 422)
+    except ParentMismatch as exc:
+        HOOK_ERRORS.labels("scaler-sync", "parent_mismatch").inc()
+        log.warning("scaler sync: %s", exc)
+        return _json({"error": str(exc)}, exc.status_code)
+    except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
+        HOOK_ERRORS.labels("scaler-sync", "internal").inc()
+        log.exception("scaler sync hook failed")
+        return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+    finally:
+        HOOK_LATENCY.labels("scaler-sync").observe(time.perf_counter() - started)
+
+
+@router.post("/customize")
+async def customize(request: Request) -> Response:
+    started = time.perf_counter()
+    try:
+        body = _request(await request.body())
+        return _json(plan.customize(body["parent"]))
+    except BadScalerRequest as exc:
+        HOOK_ERRORS.labels("scaler-customize", "bad_request").inc()
+        return _json({"error": str(exc)}, 400)
+    except ValidationError as exc:
+        HOOK_ERRORS.labels("scaler-customize", "invalid_parent").inc()
+        return _json({"error": _invalid(exc, "parent ModelDeploymentScaler")}, 422)
+    except Exception as exc:  # noqa: BLE001
+        HOOK_ERRORS.labels("scaler-customize", "internal").inc()
+        log.exception("scaler customize hook failed")
+        return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+    finally:
+        HOOK_LATENCY.labels("scaler-customize").observe(time.perf_counter() - started)
