@@ -7,6 +7,7 @@ fingerprint: a replica whose Pods carry another fingerprint was built from an ol
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,22 @@ def routing_proxy_rendered(ctx: DeploymentContext, role: Role) -> bool:
             and ctx.md.spec.engine.name == vocab.ENGINE_VLLM)
 
 
+# What every unprivileged container of an engine Pod runs with (docs/engines.md#pod-security).
+RESTRICTED_CONTAINER: dict[str, Any] = {"allowPrivilegeEscalation": False,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def engine_security_context(role: Role) -> dict[str, Any]:
+    """The engine container's securityContext (docs/engines.md#pod-security): no privilege
+    escalation and the runtime's default seccomp profile, unless the role asks to run privileged
+    (the API server refuses allowPrivilegeEscalation: false beside privileged: true, and a
+    privileged container runs without a seccomp profile anyway)."""
+    if role.privileged:
+        return {"privileged": True}
+    context: dict[str, Any] = {} if role.privileged is None else {"privileged": False}
+    return {**context, **copy.deepcopy(RESTRICTED_CONTAINER)}
+
+
 def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str, Any]:
     """The routing sidecar as a native sidecar (restartable init container) owning the external port."""
     degrees = engine_argv.read_degrees(ctx.md.spec.engine.name, role.extra_args,
@@ -120,6 +137,7 @@ def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str,
         "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": vocab.HEALTH_PATH, "port": ports.container}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+        "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
     }
 
 
@@ -253,8 +271,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         container["env"] = env
     if role.image_pull_policy:
         container["imagePullPolicy"] = role.image_pull_policy
-    if role.privileged is not None:
-        container["securityContext"] = {"privileged": role.privileged}
+    container["securityContext"] = engine_security_context(role)
 
     pod_labels = {
         **labels.common(ctx.name, role.name),
@@ -283,6 +300,8 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         "volumes": volumes,
         "restartPolicy": "Always",
         "enableServiceLinks": False,
+        # Engines never call the API server: no service-account token in their Pods.
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": role.termination_grace_period_seconds or vocab.DEFAULT_TERMINATION_GRACE_SECONDS,
     }
     if role.image_pull_secrets:
