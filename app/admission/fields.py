@@ -2,9 +2,16 @@
 
 On a cluster, kubectl sends `fieldValidation=Strict` (its default since 1.27), so the API server
 refuses a ModelDeployment with a field its CRD schema does not declare (`replica: 4`,
-`instancetype:`) and one of another apiVersion or kind, before any webhook sees it. The offline
-command must answer the same, so it walks the object against the very schema the CRD is
-generated from (`app.api.crd`) and names a near miss ("did you mean").
+`instancetype:`), one of another apiVersion or kind, a value of the wrong type (`replicas: "2"`,
+`version: 0.33`), outside its bounds or enum, a missing required field, and a `metadata.name` that
+is not a DNS-1123 subdomain, all before any webhook sees it. The offline command must answer the
+same, so it walks the object against the very schema the CRD is generated from (`app.api.crd`):
+the types, enums, bounds, lengths, patterns and required fields come from there, never from a
+hand list. Each refusal names the field, what is wrong (echoing the value) and the fix.
+
+`corrected` then gives the webhooks what the user meant (a near-miss field renamed, `"2"` read as
+2, `vllm` as `vLLM`, a value out of bounds left to its default), so that their rules still run and
+report alongside, without repeating a problem named here.
 
 Pure functions; the webhook never needs them (the API server has done this by the time it calls).
 """
@@ -13,6 +20,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -27,8 +36,28 @@ OBJECT_META_FIELDS = (
     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
     "ownerReferences", "finalizers", "managedFields",
 )
-UNKNOWN_REMEDY = "remove it: the API server refuses fields its schema does not declare (kubectl explain modeldeployment.spec lists them)"
 NEAR_MISS_CUTOFF = 0.75
+
+# The API server's name rules (k8s.io/apimachinery validation): a custom resource's name is a
+# DNS-1123 subdomain, its namespace a DNS-1123 label.
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+SUBDOMAIN_MAX = 253
+LABEL_MAX = 63
+SUBDOMAIN_RULE = ("a lowercase DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending "
+                  f"with a letter or digit, at most {SUBDOMAIN_MAX} characters")
+LABEL_RULE = ("a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, "
+              f"at most {LABEL_MAX} characters")
+
+# The CRD's patterns, in words (the others are quoted as they are).
+PATTERN_WORDS = {
+    DNS1123_LABEL.pattern: f"is not {LABEL_RULE}",
+    "^/": "is not an absolute path (it must start with '/')",
+}
+QUANTITY_WORDS = "is not a Kubernetes quantity (a number with an optional suffix, as in 2, 500m or 16Gi)"
+
+JSON_WORDS = {"boolean": "a boolean", "integer": "a whole number", "number": "a number", "string": "a string",
+              "array": "a list", "object": "a mapping", "null": "null"}
 
 
 @lru_cache(maxsize=1)
@@ -51,7 +80,9 @@ def near_miss(key: str, known: list[str]) -> str | None:
 def _unknown(path: str, key: str, known: list[str]) -> Refusal:
     guess = near_miss(key, known)
     problem = f"unknown field {key!r}" + (f" (did you mean {guess!r}?)" if guess else "")
-    remedy = f"rename it to {guess!r}" if guess else UNKNOWN_REMEDY
+    remedy = (f"rename it to {guess!r}" if guess else
+              f"remove it: the API server refuses fields its schema does not declare; the fields here are "
+              f"{', '.join(known)}")
     return Refusal(f"{path}.{key}" if path else key, problem, remedy)
 
 
@@ -86,6 +117,329 @@ def unknown_fields(raw: KubeObject) -> list[Refusal]:
     return out
 
 
+# --- values: types, enums, bounds, lengths, patterns, required fields ---------------------------
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded YAML value, as the API server names it (a whole float is an integer:
+    kubectl sends `2.0` as `2`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it in YAML (`true`, `0.33`, `'two'`), shortened."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float)):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = repr(value)
+    else:
+        text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> str:
+    """A scalar as YAML shows it unquoted (`vLLM`, `0.33`, `true`)."""
+    return value if isinstance(value, str) else _shown(value)
+
+
+def _int_or_string(schema: dict[str, Any]) -> bool:
+    return bool(schema.get("x-kubernetes-int-or-string"))
+
+
+def _declared_type(schema: dict[str, Any]) -> str | None:
+    return "int-or-string" if _int_or_string(schema) else schema.get("type")
+
+
+def _range(schema: dict[str, Any]) -> str:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        return f" from {low} to {high}"
+    if low is not None:
+        return f" of at least {low}"
+    if high is not None:
+        return f" of at most {high}"
+    return ""
+
+
+def _what(schema: dict[str, Any]) -> str:
+    """The field's description up to its first full stop or parenthesis, to say what it is."""
+    text = str(schema.get("description") or "").strip()
+    for stop in (". ", " (", ":"):
+        text = text.split(stop)[0]
+    return text.rstrip(".")
+
+
+def _example(schema: dict[str, Any]) -> str:
+    """A value of the field's type, for a remedy (its default, its first allowed value, its minimum)."""
+    if "default" in schema and not isinstance(schema["default"], (dict, list)):
+        return _shown(schema["default"]).strip("'")
+    if schema.get("enum"):
+        return str(schema["enum"][0])
+    kind = _declared_type(schema)
+    if kind in ("integer", "int-or-string"):
+        return str(schema.get("minimum", 1))
+    if kind == "boolean":
+        return "true"
+    if kind == "array":
+        return "[...]"
+    if kind == "object":
+        required = schema.get("required") or []
+        inner = ", ".join(f"{key}: {_example(schema['properties'][key])}" for key in required
+                          if key in (schema.get("properties") or {}))
+        return "{" + inner + "}" if inner else "{...}"
+    return "<" + (_what(schema) or "text") + ">"
+
+
+def _type_refusal(path: str, key: str, value: Any, schema: dict[str, Any]) -> Refusal:
+    want = _declared_type(schema)
+    got = _json_type(value)
+    shown = _shown(value)
+    if want == "string":
+        problem = f"{shown} is {JSON_WORDS.get(got, got)}, and the field is a string"
+        if got in ("integer", "number", "boolean"):
+            return Refusal(path, f"{problem} (YAML reads an unquoted {shown} as {JSON_WORDS[got]})",
+                           f'quote it: {key}: "{shown}"')
+        return Refusal(path, problem, f"write it as one string: {key}: {_example(schema)}")
+    if want in ("integer", "int-or-string"):
+        scope = _range(schema)
+        if isinstance(value, str):
+            if re.fullmatch(r"[+-]?\d+", value.strip()):
+                return Refusal(path, f"{shown} is a string (quoted), and the field is an integer",
+                               f"write it without quotes: {key}: {int(value)}")
+            return Refusal(path, f"{shown} is not a whole number; the field is an integer{scope}",
+                           f"write a whole number{scope} without quotes, e.g. {key}: {_example(schema)}")
+        if got == "number":
+            return Refusal(path, f"{shown} is not a whole number; the field is an integer{scope}",
+                           f"write a whole number{scope}, e.g. {key}: {_example(schema)}")
+        what = "an integer or a quantity string" if want == "int-or-string" else f"an integer{scope}"
+        return Refusal(path, f"{shown} is {JSON_WORDS.get(got, got)}, and the field is {what}",
+                       f"write a whole number{scope}, e.g. {key}: {_example(schema)}")
+    if want == "boolean":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
+            return Refusal(path, f"{shown} is a string (quoted), and the field is a boolean",
+                           f"write {key}: true or {key}: false, without quotes")
+        return Refusal(path, f"{shown} is {JSON_WORDS.get(got, got)}, and the field is a boolean",
+                       f"write {key}: true or {key}: false")
+    if want == "array":
+        items = schema.get("items") or {}
+        if isinstance(value, str) and items.get("type") == "string":
+            return Refusal(path, f"{shown} is a string, and the field is a list of strings",
+                           f"write it as a list, one item per token: {key}: {json.dumps(value.split())}")
+        if isinstance(value, dict):
+            return Refusal(path, f"{key} is a mapping, and the field is a list",
+                           f"put '- ' before the first field of each item (a list of mappings: {key}: then "
+                           f"'- {next(iter(value), 'name')}: ...')")
+        return Refusal(path, f"{shown} is {JSON_WORDS.get(got, got)}, and the field is a list",
+                       f"write it as a list: {key}: [{shown}]")
+    if want == "object":
+        properties = list(schema.get("properties") or {})
+        required = [k for k in schema.get("required") or [] if k in properties]
+        problem = f"{shown} is {JSON_WORDS.get(got, got)}, and the field is a mapping of {', '.join(properties)}"
+        if required and got in ("string", "integer", "number", "boolean"):
+            first = required[0]
+            return Refusal(path, problem, f"write it as a mapping: {key}: {{{first}: {_plain(value)}}}")
+        return Refusal(path, problem, f"write it as a mapping, e.g. {key}: {_example(schema)}")
+    return Refusal(path, f"{shown} is {JSON_WORDS.get(got, got)}, not {want}", f"write {want} here")
+
+
+def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
+    want = _declared_type(schema)
+    got = _json_type(value)
+    if want == "int-or-string":
+        return got in ("integer", "string")
+    if want == "number":
+        return got in ("integer", "number")
+    return want is None or got == want
+
+
+def _enum_refusal(path: str, key: str, value: Any, allowed: list[Any]) -> Refusal | None:
+    if value in allowed:
+        return None
+    names = [str(a) for a in allowed]
+    shown_allowed = ", ".join(repr(a) for a in names)
+    guess = near_miss(str(value), [n for n in names if n]) if isinstance(value, str) else None
+    if guess is not None:
+        case = " (the values are case-sensitive)" if guess.lower() == str(value).lower() else ""
+        return Refusal(path, f"{_shown(value)} is not one of {shown_allowed}; did you mean {guess!r}?{case}",
+                       f"set {key}: {guess}")
+    return Refusal(path, f"{_shown(value)} is not one of {shown_allowed}", f"set {key} to one of {shown_allowed}")
+
+
+def _string_refusal(path: str, key: str, value: str, schema: dict[str, Any], required: bool) -> Refusal | None:
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    if low is not None and len(value) < low:
+        if value == "":
+            return Refusal(path, "is empty", f"set {key} to {_example(schema)}" if required
+                           else f"set {key} to {_example(schema)}, or leave the field out")
+        return Refusal(path, f"{_shown(value)} is {len(value)} characters; the field takes at least {low}",
+                       f"lengthen it to at least {low} characters")
+    if high is not None and len(value) > high:
+        return Refusal(path, f"{_shown(value)} is {len(value)} characters, over the {high} the field takes",
+                       f"shorten it to at most {high} characters")
+    pattern = schema.get("pattern")
+    if pattern and not re.search(pattern, value):
+        if _int_or_string(schema):
+            return Refusal(path, f"{_shown(value)} {QUANTITY_WORDS}", f"write a number, e.g. {key}: {_example(schema)}")
+        words = PATTERN_WORDS.get(pattern, f"does not match the pattern {pattern}")
+        if pattern == DNS1123_LABEL.pattern:
+            return Refusal(path, f"{_shown(value)} {words}", f"rename it, e.g. {key}: {suggested_name(value)}")
+        return Refusal(path, f"{_shown(value)} {words}", f"change {key} to match")
+    return None
+
+
+def _bounds_refusal(path: str, key: str, value: float, schema: dict[str, Any]) -> Refusal | None:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    scope = _range(schema)
+    what = _what(schema)
+    hint = f" ({what})" if what else ""
+    if low is not None and value < low:
+        return Refusal(path, f"{_shown(value)} is below the minimum of {low}", f"set {key} to a whole number{scope}{hint}")
+    if high is not None and value > high:
+        return Refusal(path, f"{_shown(value)} is above the maximum of {high}", f"set {key} to a whole number{scope}{hint}")
+    return None
+
+
+def _items_refusal(path: str, key: str, value: list[Any], schema: dict[str, Any]) -> Refusal | None:
+    low, high = schema.get("minItems"), schema.get("maxItems")
+    if low is not None and len(value) < low:
+        return Refusal(path, f"holds {len(value)} item(s); the field takes at least {low}",
+                       f"declare at least {low} item(s) under {key}")
+    if high is not None and len(value) > high:
+        return Refusal(path, f"holds {len(value)} items; the field takes at most {high}",
+                       f"keep at most {high} items under {key}")
+    return None
+
+
+def _check(value: Any, schema: dict[str, Any], path: str, key: str, required: bool, out: list[Refusal]) -> None:
+    """One value against its schema node (null values are pruned by the API server: not checked)."""
+    if value is None or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if not _type_ok(value, schema):
+        out.append(_type_refusal(path, key, value, schema))
+        return
+    problem: Refusal | None = None
+    if isinstance(value, str):
+        if schema.get("enum") is not None:
+            problem = _enum_refusal(path, key, value, schema["enum"])
+        else:
+            problem = _string_refusal(path, key, value, schema, required)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        problem = _bounds_refusal(path, key, value, schema)
+    elif isinstance(value, list):
+        problem = _items_refusal(path, key, value, schema)
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for index, item in enumerate(value):
+                item_path = f"{path}[{index}]"
+                if item is None:
+                    out.append(_type_refusal(item_path, f"{key}[{index}]", item, items))
+                else:
+                    _check(item, items, item_path, key, True, out)
+    elif isinstance(value, dict):
+        _check_object(value, schema, path, out)
+    if problem is not None:
+        out.append(problem)
+
+
+def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, out: list[Refusal]) -> None:
+    properties = schema.get("properties") or {}
+    required = schema.get("required") or []
+    for name in required:
+        if value.get(name) is None and name in properties:
+            field_path = f"{path}.{name}" if path else name
+            example = _example(properties[name])
+            what = _what(properties[name])
+            hint = f" ({what})" if what and not example.startswith("<") else ""
+            out.append(Refusal(field_path, "is required and missing", f"add {name}: {example}{hint}"))
+    for name, item in value.items():
+        if name in properties:
+            _check(item, properties[name], f"{path}.{name}" if path else str(name), str(name), name in required, out)
+
+
+def value_refusals(raw: KubeObject) -> list[Refusal]:
+    """Every value of the spec the CRD schema refuses: type, enum, bounds, length, pattern, required.
+
+    Read with each near-miss field renamed (`instancetype` -> `instanceType`), so a typo is named
+    once, as an unknown field, not again as a missing required one."""
+    out: list[Refusal] = []
+    spec_schema = _schema()["properties"]["spec"]
+    renamed = copy.deepcopy(raw)
+    _rename(renamed, _schema())
+    spec = renamed.get("spec")
+    if spec is None:
+        out.append(Refusal("spec", "is required and missing", f"add spec: {_example(spec_schema)} ({_what(spec_schema)})"))
+    else:
+        _check(spec, spec_schema, "spec", "spec", True, out)
+    return out
+
+
+def suggested_name(name: str) -> str:
+    """`name` made a lowercase DNS-1035 label (a letter first: every name the operator derives from it
+    must be one), e.g. `Qwen_Chat` -> `qwen-chat`."""
+    text = re.sub(r"[^a-z0-9-]+", "-", name.lower())
+    text = re.sub(r"-{2,}", "-", text).strip("-")
+    text = text.lstrip("0123456789-") or "md"
+    return text[:LABEL_MAX].rstrip("-")
+
+
+def metadata_refusals(raw: KubeObject) -> list[Refusal]:
+    """What the API server checks of ObjectMeta: a name (a DNS-1123 subdomain), the namespace's form,
+    and labels and annotations as strings."""
+    meta = raw.get("metadata")
+    if meta is None:
+        return [Refusal("metadata", "is required and missing", "add metadata: {name: <the deployment's name>}")]
+    if not isinstance(meta, dict):
+        return [Refusal("metadata", f"{_shown(meta)} is {JSON_WORDS.get(_json_type(meta), 'not a mapping')}, "
+                        "and the field is a mapping", "write it as a mapping: metadata: {name: <the deployment's name>}")]
+    out: list[Refusal] = []
+    name = meta.get("name")
+    if name is None and not meta.get("generateName"):
+        out.append(Refusal("metadata.name", "is required and missing",
+                           f"add name: <the deployment's name> under metadata ({SUBDOMAIN_RULE})"))
+    elif name is not None and not isinstance(name, str):
+        out.append(Refusal("metadata.name", f"{_shown(name)} is {JSON_WORDS.get(_json_type(name), '?')}, and a name "
+                           "is a string", f'quote it: name: "{suggested_name(str(name))}"'))
+    elif isinstance(name, str) and (len(name) > SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN.match(name)):
+        out.append(Refusal("metadata.name", f"{name!r} is not a valid name for a ModelDeployment: the API server "
+                           f"takes {SUBDOMAIN_RULE}",
+                           f"rename it, e.g. name: {suggested_name(name)} (a name cannot change once created)"))
+    namespace = meta.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or len(namespace) > LABEL_MAX
+                                  or not DNS1123_LABEL.match(namespace)):
+        out.append(Refusal("metadata.namespace", f"{_shown(namespace)} is not a namespace name: {LABEL_RULE}",
+                           f"set namespace: {suggested_name(str(namespace))}"))
+    for field in ("labels", "annotations"):
+        entries = meta.get(field)
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            out.append(Refusal(f"metadata.{field}", f"{_shown(entries)} is {JSON_WORDS.get(_json_type(entries), '?')}, "
+                               f"and {field} are a mapping of strings", f"write {field} as key: \"value\" pairs"))
+            continue
+        for key, item in entries.items():
+            if not isinstance(item, str):
+                out.append(Refusal(f"metadata.{field}.{key}", f"{_shown(item)} is "
+                                   f"{JSON_WORDS.get(_json_type(item), '?')}; {field} values are strings",
+                                   f'quote it: {key}: "{_plain(item)}"'))
+    return out
+
+
 def is_candidate(obj: KubeObject) -> bool:
     """An object the user meant as a ModelDeployment: that kind, or a near miss of it in our group."""
     kind = obj.get("kind")
@@ -110,12 +464,28 @@ def type_refusals(raw: KubeObject) -> list[Refusal]:
     return out
 
 
+def api_server_refusals(raw: KubeObject) -> list[Refusal]:
+    """Everything the API server refuses before a webhook runs, in its order: apiVersion and kind,
+    unknown fields (strict), metadata, then the spec's values against the CRD schema."""
+    return type_refusals(raw) + unknown_fields(raw) + metadata_refusals(raw) + value_refusals(raw)
+
+
+def covered(path: str, refused: set[str]) -> bool:
+    """Whether a refusal at `path` repeats one of `refused` (the same field, or a field inside it)."""
+    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in refused)
+
+
 def corrected(raw: KubeObject) -> KubeObject:
-    """The object with each unknown field that has an undeclared near miss renamed to it, so that
-    the rules can still run on what the user meant (the refusal of the unknown field stands)."""
+    """The object as the user meant it, for the webhooks' rules (the refusals above stand): each
+    unknown field with an undeclared near miss renamed to it, a value of the wrong JSON type read as
+    the declared one where that is unambiguous (`"2"` -> 2, `0.33` -> "0.33", `vllm` -> `vLLM`), and
+    an optional value the schema refuses left out, so that its default applies."""
     fixed = copy.deepcopy(raw)
     fixed["apiVersion"], fixed["kind"] = vocab.API_VERSION, vocab.KIND_MODEL_DEPLOYMENT
     _rename(fixed, _schema())
+    spec = fixed.get("spec")
+    if isinstance(spec, dict):
+        _fix_object(spec, _schema()["properties"]["spec"])
     return fixed
 
 
@@ -134,3 +504,60 @@ def _rename(value: Any, schema: dict[str, Any]) -> None:
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for item in value:
             _rename(item, schema["items"])
+
+
+_MISSING = object()
+
+
+def _fixed_value(value: Any, schema: dict[str, Any]) -> Any:
+    """The value read as its declared type, or _MISSING when it cannot be (or breaks a bound)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return value
+    want = _declared_type(schema)
+    if want in ("integer", "int-or-string") and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif want == "integer" and isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        value = int(value)
+    elif want == "string" and isinstance(value, (bool, int, float)):
+        value = _shown(value)
+    elif want == "boolean" and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        value = value.strip().lower() == "true"
+    if isinstance(value, str) and schema.get("enum") is not None and value not in schema["enum"]:
+        folded = [e for e in schema["enum"] if str(e).lower() == value.lower()]
+        value = folded[0] if folded else _MISSING
+    if value is _MISSING or not _type_ok(value, schema):
+        return _MISSING
+    if isinstance(value, dict):
+        _fix_object(value, schema)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            kept = [_fixed_value(item, items) for item in value]
+            value[:] = [item for item in kept if item is not _MISSING]
+        if _items_refusal("", "", value, schema) is not None:
+            return _MISSING
+    elif isinstance(value, str) and schema.get("enum") is None and not _int_or_string(schema):
+        # (A quantity that does not parse is kept: the rules that read it name it, and its default
+        # would make others refuse what the user did not write.)
+        if _string_refusal("", "", value, schema, False) is not None:
+            return _MISSING
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _bounds_refusal("", "", value, schema) is not None:
+            return _MISSING
+    return value
+
+
+def _fix_object(value: dict[str, Any], schema: dict[str, Any]) -> None:
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    for key in list(value):
+        if key not in properties:
+            continue
+        if value[key] is None:
+            del value[key]  # the API server prunes a null
+            continue
+        fixed = _fixed_value(value[key], properties[key])
+        if fixed is not _MISSING:
+            value[key] = fixed
+        elif key not in required:
+            del value[key]

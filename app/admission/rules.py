@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from app import quantity, vocab
+from app.admission import fields
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding
 from app.api.objects import KubeObject
@@ -123,6 +124,15 @@ def service_labels(subject: Subject) -> list[Refusal]:
     and the role set is frozen, so refusing them would refuse every later update."""
     out: list[Refusal] = []
     deployment = subject.md.metadata.name
+    new_roles = any(subject.old_role(role.name) is None for role in subject.md.spec.roles)
+    new_router = subject.md.spec.router is not None and (subject.old is None or subject.old.spec.router is None)
+    if (new_roles or new_router) and not names.DNS1035_LABEL.match(deployment):
+        # The deployment's own name is at fault (a capital, '_', a dot, a digit first): no role name fixes it.
+        return [Refusal("metadata.name", f"{deployment!r} begins the name of each of the deployment's Services "
+                        f"('{deployment}-<role>', '{deployment}-router'), which must be a DNS-1035 label (a lowercase "
+                        "letter first, then lowercase letters, digits and '-', no dot)",
+                        f"create the deployment under a name such as {fields.suggested_name(deployment)!r} (a "
+                        "deployment's name cannot change)")]
     for index, role in enumerate(subject.md.spec.roles):
         if subject.old_role(role.name) is not None:
             continue

@@ -253,10 +253,12 @@ CASES: list[Case] = [
     # 8 -----------------------------------------------------------------------------------------
     Case("8-too-long", with_(server(name="r" * 54, replicas=1), lambda o: o["metadata"].update(name="qwen-chat")),
          "spec.roles[0].name", "64 characters"),
-    Case("8-dot", with_(server(), lambda o: o["metadata"].update(name="qwen.chat")), "spec.roles[0].name",
-         "dot"),
-    Case("8-digit-first", with_(server(), lambda o: o["metadata"].update(name="7b")), "spec.roles[0].name",
+    Case("8-dot", with_(server(), lambda o: o["metadata"].update(name="qwen.chat")), "metadata.name",
+         "no dot", says_also=["'qwen-chat'"]),
+    Case("8-digit-first", with_(server(), lambda o: o["metadata"].update(name="7b")), "metadata.name",
          "DNS-1035"),
+    Case("8-capital", with_(server(), lambda o: o["metadata"].update(name="Qwen_Chat")), "metadata.name",
+         "DNS-1035", says_also=["'qwen-chat'"]),
     # 9 -----------------------------------------------------------------------------------------
     Case("9-instance-service",
          with_(server(name="x", size=2, replicas=1),
@@ -595,11 +597,13 @@ def test_an_unchanged_spec_never_blocks_teardown() -> None:
 
 
 def test_a_new_role_name_is_checked_even_when_the_deployment_existed() -> None:
-    # The exemption of rule 8 is per role: a role the stored object did not have is checked.
+    # The exemption of rule 8 is per role: a role the stored object did not have is checked (its
+    # Service name fails for the deployment's own name, so that is the field named).
     obj = with_(server(), lambda o: o["metadata"].update(name="qwen.chat"))
     old = with_(obj, lambda o: spec(o)["roles"].__setitem__(0, {**role0(o), "name": "other"}))
     verdict = run(obj, old)
-    assert _find(verdict, "spec.roles[0].name")
+    assert _find(verdict, "metadata.name")
+    assert not _find(run(obj, obj), "metadata.name")
 
 
 def test_warnings_fit_the_api_server_limit() -> None:
