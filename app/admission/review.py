@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from app import vocab
-from app.admission import fields, mutate, validate
+from app.admission import fields, files, mutate, validate
 from app.admission.model import Notice, Refusal, Verdict
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
-from app.world import World, load_yaml_objects
+from app.world import World
 
 log = logging.getLogger(__name__)
 
@@ -329,17 +329,17 @@ def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
     return OfflineVerdict(False, message, warnings)
 
 
-def _deployments(path: Path) -> list[KubeObject]:
+def _deployments(path: Path, flag: str = "-f") -> list[KubeObject]:
     """The ModelDeployments of a file, and objects of our group whose kind is a near miss of it."""
-    return [o for o in load_yaml_objects(path) if fields.is_candidate(o) and not _is_scaler(o)]
+    return [o for o in files.read_objects(path, flag) if fields.is_candidate(o) and not _is_scaler(o)]
 
 
 def _is_scaler(obj: KubeObject) -> bool:
     return obj.get("kind") == vocab.KIND_MODEL_DEPLOYMENT_SCALER
 
 
-def _scalers(path: Path) -> list[KubeObject]:
-    return [o for o in load_yaml_objects(path) if _is_scaler(o)]
+def _scalers(path: Path, flag: str = "-f") -> list[KubeObject]:
+    return [o for o in files.read_objects(path, flag) if _is_scaler(o)]
 
 
 def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cache_dtype_owned: bool | None = None,
@@ -354,10 +354,10 @@ def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cac
     try:
         deployments = _deployments(file)
         scalers = _scalers(file)
-        olds = _deployments(old) if old is not None else []
-        old_scalers = _scalers(old) if old is not None else []
-        cluster = World.of(load_yaml_objects(world)) if world is not None else World()
-    except Exception as exc:  # noqa: BLE001 - unreadable files and YAML errors alike
+        olds = _deployments(old, "--old") if old is not None else []
+        old_scalers = _scalers(old, "--old") if old is not None else []
+        cluster = World.of(files.read_objects(world, "--world")) if world is not None else World()
+    except files.InputError as exc:  # missing or unreadable files, YAML errors: one line each
         print(f"error: {exc}", file=err)
         return 2
     if not deployments and not scalers:

@@ -1,0 +1,87 @@
+"""The YAML files of the offline commands (`modeldeployment render` and `validate`).
+
+Every way a file cannot be read (missing, unreadable, a directory that cannot be listed, not
+UTF-8, not YAML) is one line naming the file and the flag that named it, where (line and column
+for YAML), what is wrong and the fix: an `InputError`, which the commands print and exit 2 on,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from app.api.objects import KubeObject
+from app.world import load_yaml_objects
+
+YAML_REMEDY = "fix the YAML there (indent with spaces, never tabs; quote a value that holds ': ' or starts with '*', '&', '!', '%' or '@')"
+# The parser's problems, in the words of their usual cause.
+TAB = "a tab character: YAML indents with spaces only"
+COLON = ("a ':' where no key can start: a value holding ': ' must be quoted, or the line is indented deeper than "
+         "its siblings")
+YAML_CAUSES = {  # PyYAML's and libyaml's spellings
+    "found character '\\t' that cannot start any token": TAB,
+    "found a tab character that violates indentation": TAB,
+    "found a tab character where an indentation space is expected": TAB,
+    "mapping values are not allowed here": COLON,
+    "mapping values are not allowed in this context": COLON,
+    "could not find expected ':'": "a key without ':' after it",
+}
+
+
+class InputError(Exception):
+    """A file of the command line cannot be read; the message says which, why and the fix."""
+
+
+def _where(mark: yaml.Mark | None, path: Path) -> str:
+    if mark is None:
+        return str(path)
+    return f"{mark.name}:{mark.line + 1}:{mark.column + 1}"
+
+
+def _problem(exc: BaseException, path: Path, flag: str) -> str:
+    """One line for a file that could not be read."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        text = str(exc.problem or exc.context or "not YAML")
+        cause = YAML_CAUSES.get(text, text)
+        context = f" ({exc.context}, from line {exc.context_mark.line + 1})" if exc.context and exc.context_mark \
+            and exc.problem else ""
+        return f"{flag} {_where(exc.problem_mark, path)}: not valid YAML: {cause}{context} — {YAML_REMEDY}"
+    if isinstance(exc, yaml.YAMLError):
+        return f"{flag} {path}: not valid YAML: {exc} — {YAML_REMEDY}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{flag} {path}: not UTF-8 text ({exc.reason} at byte {exc.start}) — save the file as UTF-8 YAML"
+    if isinstance(exc, FileNotFoundError):
+        what = "a directory (or file) of YAML: InstanceTypes, pools, bindings" if flag == "--world" else "a YAML file"
+        return f"{flag} {exc.filename or path}: no such file or directory — pass the path of {what} (relative paths " \
+               f"are read from {Path.cwd()})"
+    if isinstance(exc, PermissionError):
+        return f"{flag} {exc.filename or path}: permission denied — make it readable by this user, or copy it somewhere " \
+               "that is"
+    if isinstance(exc, OSError):
+        return f"{flag} {exc.filename or path}: cannot be read: {exc.strerror or exc} — pass a readable YAML file " \
+               "or directory"
+    return f"{flag} {path}: cannot be read: {type(exc).__name__}: {exc}"
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+def _check_tree(path: Path) -> None:
+    """Every directory under `path` can be listed (a listing that fails would silently leave its
+    objects out of the world)."""
+    for _root, _dirs, _names in os.walk(path, onerror=_raise):
+        pass
+
+
+def read_objects(path: Path, flag: str) -> list[KubeObject]:
+    """The objects of a YAML file or directory (app.world.load_yaml_objects), or InputError."""
+    try:
+        if path.is_dir():
+            _check_tree(path)
+        return load_yaml_objects(path)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(_problem(exc, path, flag)) from exc
