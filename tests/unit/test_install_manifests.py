@@ -5,6 +5,7 @@ webhooks, and the chart keeps copies of the generated CRDs and names no namespac
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,20 +36,23 @@ def test_base_installs_the_webhooks_and_a_disruption_budget():
 def test_a_namespace_overlay_moves_every_reference():
     objects = kustomize(ROOT / "examples" / "kustomize" / "namespace")
     assert "gpustack-system" not in json.dumps(objects)
-    by_kind = {o["kind"]: o for o in objects}
-    assert by_kind["Namespace"]["metadata"]["name"] == "ml-system"
-    assert by_kind["Certificate"]["spec"]["dnsNames"][1:] == [
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    assert named["Namespace", "ml-system"]
+    cert = named["Certificate", "modeldeployment-operator-webhook"]
+    assert cert["spec"]["dnsNames"][1:] == [
         "modeldeployment-operator.ml-system", "modeldeployment-operator.ml-system.svc",
         "modeldeployment-operator.ml-system.svc.cluster.local"]
-    assert by_kind["Certificate"]["spec"]["commonName"] == "modeldeployment-operator.ml-system.svc"
+    assert cert["spec"]["commonName"] == "modeldeployment-operator.ml-system.svc"
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        webhook = by_kind[kind]
+        webhook = named[kind, "modeldeployment-operator"]
         assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
             "ml-system/modeldeployment-operator-webhook"
-        assert webhook["webhooks"][0]["clientConfig"]["service"]["namespace"] == "ml-system"
-    hooks = by_kind["CompositeController"]["spec"]["hooks"]
+        assert {w["clientConfig"]["service"]["namespace"] for w in webhook["webhooks"]} == {"ml-system"}
+    hooks = named["CompositeController", "modeldeployment"]["spec"]["hooks"]
     assert [hooks[h]["webhook"]["service"]["namespace"] for h in ("customize", "sync", "finalize")] == ["ml-system"] * 3
-    assert by_kind["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ml-system"
+    for controller in (o for o in objects if o["kind"] == "CompositeController"):  # every controller's hooks
+        assert {h["webhook"]["service"]["namespace"] for h in controller["spec"]["hooks"].values()} == {"ml-system"}
+    assert named["ClusterRoleBinding", "modeldeployment-operator"]["subjects"][0]["namespace"] == "ml-system"
 
 
 def test_without_cert_manager_overlay_has_no_cert_manager_object():
@@ -117,3 +121,54 @@ def test_monitoring_renders_a_service_monitor_and_the_dashboard_of_defined_metri
     assert {"modeldeployment_phase", "modeldeployment_role_replicas", "modeldeployment_admission_wait_seconds_bucket",
             "modeldeployment_rollout_in_progress", "modeldeployment_render_failures_total",
             "modeldeployment_joint_admission_releases_total"} <= used
+
+
+KUSTOMIZATIONS = sorted(p.parent for p in [*ROOT.glob("manifests/**/kustomization.yaml"),
+                                           *ROOT.glob("examples/**/kustomization.yaml")])
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_kustomization_builds_complete_and_without_a_warning(path: Path):
+    """No deprecated field (kustomize warns on `vars`), no unresolved `$(VAR)`: each directory,
+    the webhook one alone included, renders objects ready to apply."""
+    proc = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert "$(" not in proc.stdout
+
+
+def test_the_webhook_directory_alone_renders_what_the_base_does():
+    def webhook_objects(objects: list[dict]) -> dict:
+        return {(o["kind"], o["metadata"]["name"]): o for o in objects
+                if o["kind"] in ("Issuer", "Certificate", "MutatingWebhookConfiguration",
+                                 "ValidatingWebhookConfiguration")}
+
+    alone = webhook_objects(kustomize(ROOT / "manifests" / "webhook"))
+    assert len(alone) == 6
+    assert alone == webhook_objects(kustomize(ROOT / "manifests"))
+
+
+def test_without_cert_manager_in_another_namespace(tmp_path: Path):
+    """The two overlays combined (README's "Another namespace" on the without-cert-manager one): the
+    namespace transformer skips the annotations and Certificate that overlay removed."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "ml-system",
+        "resources": [os.path.relpath(ROOT / "examples" / "kustomize" / "without-cert-manager", overlay)],
+        "transformers": [os.path.relpath(ROOT / "manifests" / "namespace-references", overlay)]}))
+    objects = kustomize(overlay)
+    assert "gpustack-system" not in json.dumps(objects) and "inject-ca-from" not in json.dumps(objects)
+    assert not {o["kind"] for o in objects} & {"Certificate", "Issuer"}
+
+
+def test_the_base_disruption_budget_never_blocks_a_drain():
+    """With every replica healthy a drain may evict one: the budget is satisfiable at the base's
+    replica count (a `minAvailable` equal to it would block every node drain)."""
+    objects = kustomize(ROOT / "manifests")
+    replicas = next(o for o in objects if o["kind"] == "Deployment")["spec"]["replicas"]
+    budget = next(o for o in objects if o["kind"] == "PodDisruptionBudget")["spec"]
+    allowed = budget["maxUnavailable"] if "maxUnavailable" in budget else replicas - budget["minAvailable"]
+    assert replicas >= 2 and 1 <= allowed < replicas
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
