@@ -13,9 +13,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
+import httpx2
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from lightkube.core.exceptions import ApiError
 from pydantic import BaseModel, ValidationError
 
 from app.api import strict
@@ -33,6 +35,7 @@ router = APIRouter(prefix="/hooks", tags=["metacontroller"])
 
 RETRY_SOON_SECONDS = 30
 RETRY_LATER_SECONDS = 300
+RETRY_API_SECONDS = 5
 
 
 def _json(body: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -79,6 +82,23 @@ def _validate(body: Any, model: type[_Model]) -> _Model:
         raise _BadRequest(f"not a Metacontroller v2 hook request: {_errors(exc)}") from exc
 
 
+def api_unavailable(exc: BaseException) -> bool:
+    """The API server could not be reached, or answered that it cannot serve now (restarting,
+    overloaded): no fault of this service's, and Metacontroller retries the pass."""
+    if isinstance(exc, ApiError):
+        return exc.response.status_code >= 500 or exc.response.status_code == 429
+    return isinstance(exc, (httpx2.TransportError, TimeoutError, OSError))
+
+
+def _unavailable(hook: str, exc: BaseException) -> Response:
+    """503 + Retry-After: the side effects stopped where the API server went away; the answer is
+    not given, so Metacontroller leaves children and status as they are and calls again."""
+    HOOK_ERRORS.labels(hook, "api_unavailable").inc()
+    log.warning("%s hook: the API server is unavailable: %s: %s", hook, type(exc).__name__, exc)
+    return _error(503, f"the API server is unavailable ({type(exc).__name__}: {exc}); the pass is retried",
+                  {"Retry-After": str(RETRY_API_SECONDS)})
+
+
 def _errors(exc: ValidationError) -> str:
     """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
     return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
@@ -94,8 +114,9 @@ def _gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while one request is parsed, reconciled and answered.
 
     A sync request is a tree of up to millions of dicts and lists (JSON has no cycles) that lives
-    for one pass: the collector can free none of it, yet each of its passes walks all of it, which
-    cost 4-5x the parse itself at 1,000 Pods. Reference counting frees the request when the pass
+    for one pass: the collector can free none of it, yet each of its passes walks all of it, at a
+    cost of several times the parse itself on a large request
+    (bench/results.md#figures-quoted-from-the-code). Reference counting frees the request when the pass
     returns, exactly as before. The section holds no `await`, so no other request runs meanwhile.
     """
     if not gc.isenabled():
@@ -179,11 +200,17 @@ async def _reconcile(request: Request, hook: str) -> Response:
         except ParentMismatch as mismatch:
             HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
             return _error(mismatch.status_code, str(mismatch))
+        except Exception as exc:  # noqa: BLE001 - only the API server's absence is answered here
+            if not api_unavailable(exc):
+                raise
+            return _unavailable(hook, exc)
         retry = RETRY_SOON_SECONDS if failure.resolves_later else RETRY_LATER_SECONDS
         log.warning("render failed: %s", failure)
         # 429 + Retry-After: Metacontroller requeues without touching children or status.
         return _error(429, f"render failed: {failure}", {"Retry-After": str(retry)})
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
+        if api_unavailable(exc):
+            return _unavailable(hook, exc)
         HOOK_ERRORS.labels(hook, "internal").inc()
         log.exception("%s hook failed", hook)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")

@@ -93,3 +93,34 @@ def test_fuzzed_requests_are_answered_200_only_with_children_and_status(client, 
     response = client.post("/hooks/sync", json=body)
     assert response.status_code != 200 or {"children", "status"} <= set(response.json())
     assert response.status_code < 500 or "error" in response.json()
+
+
+def test_an_api_server_gone_mid_pass_answers_503_not_an_internal_error(client, monkeypatch):
+    """The soak's API server restart (bench/soak.md): the executor's write timed out and the sync
+    hook answered 500 "internal error", counted as an internal failure of the service."""
+    import httpx2
+
+    async def api_server_gone(*args, **kwargs):
+        raise httpx2.ReadTimeout("timed out")
+
+    monkeypatch.setattr(client.app.state.service.executor, "run", api_server_gone)
+    response = client.post("/hooks/sync", json=request(parent("qwen-chat")))
+    assert response.status_code == 503 and response.headers["retry-after"] == "5"
+    assert "the API server is unavailable" in response.json()["error"]
+    metrics = client.get("/metrics").text
+    assert 'modeldeployment_hook_errors_total{hook="sync",kind="api_unavailable"}' in metrics
+
+
+def test_api_unavailable_is_the_api_servers_absence_only():
+    import httpx2
+    from lightkube.core.exceptions import ApiError
+
+    from app.web.hooks import api_unavailable
+
+    def api_error(code: int) -> ApiError:
+        req = httpx2.Request("GET", "https://api/x")
+        return ApiError(request=req, response=httpx2.Response(code, request=req, json={"code": code, "message": "m"}))
+
+    assert api_unavailable(httpx2.ConnectError("refused")) and api_unavailable(TimeoutError())
+    assert api_unavailable(api_error(503)) and api_unavailable(api_error(429))
+    assert not api_unavailable(api_error(422)) and not api_unavailable(RuntimeError("a bug"))

@@ -503,3 +503,27 @@ def test_a_scale_up_of_a_ready_deployment_is_not_degraded() -> None:
     sim.set_replicas("qwen-chat", "server", 3)
     sim.sync("qwen-chat")
     assert sim.status("qwen-chat")["phase"] != vocab.PHASE_DEGRADED
+
+
+# --- found by the chaos soak (bench/soak.md) ---------------------------------------------------
+
+
+def test_an_api_server_restart_mid_pass_loses_the_answer_and_the_next_passes_finish_the_job() -> None:
+    """The soak's API server restart: a P/D pair's sync pass was writing the admission check of a new
+    replica when the API server went away; the write timed out and the hook answered 503, so
+    Metacontroller kept the children and the status it had. The passes after it finish the job: the
+    check is written again, the set is admitted whole, nothing that ran is deleted."""
+    sim = Sim(capacity={H20: 12})
+    sim.apply(pd())
+    running(sim, "pd-demo")
+    uids = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+    sim.set_replicas("pd-demo", "decode", 3)
+    sim.sync("pd-demo")  # the new decoder's Pod
+    sim.kueue()  # its Workload composed, quota reserved
+    record = sim.sync("pd-demo", answer_lost=True)
+    assert record is not None and any(type(i).__name__ == "SetAdmissionCheck" for i in record.intents)
+    assert {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")} >= uids
+    running(sim, "pd-demo")
+    assert sim.role_status("pd-demo", "decode")["ready"] == 3
+    assert uids <= {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+    assert not sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
