@@ -4,11 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app import vocab
-from app.model.context import RenderOptions
+from app import quantity, vocab
+from app.model.context import (
+    DEFAULT_ROUTER_RESOURCES,
+    DEFAULT_ROUTING_SIDECAR_RESOURCES,
+    ContainerResources,
+    RenderOptions,
+)
+
+# The resource settings of the operator's own containers: field -> its environment variable.
+RESOURCE_SETTINGS = {
+    "router_cpu_request": vocab.SETTING_ROUTER_CPU_REQUEST,
+    "router_memory_request": vocab.SETTING_ROUTER_MEMORY_REQUEST,
+    "router_cpu_limit": vocab.SETTING_ROUTER_CPU_LIMIT,
+    "router_memory_limit": vocab.SETTING_ROUTER_MEMORY_LIMIT,
+    "routing_sidecar_cpu_request": vocab.SETTING_ROUTING_SIDECAR_CPU_REQUEST,
+    "routing_sidecar_memory_request": vocab.SETTING_ROUTING_SIDECAR_MEMORY_REQUEST,
+    "routing_sidecar_cpu_limit": vocab.SETTING_ROUTING_SIDECAR_CPU_LIMIT,
+    "routing_sidecar_memory_limit": vocab.SETTING_ROUTING_SIDECAR_MEMORY_LIMIT,
+}
+
+
+def _resource_alias(field: str) -> AliasChoices:
+    return AliasChoices(RESOURCE_SETTINGS[field], f"MODELDEPLOYMENT_{field.upper()}")
 
 
 class Settings(BaseSettings):
@@ -52,6 +73,56 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices(vocab.SETTING_ROUTING_SIDECAR_IMAGE, "MODELDEPLOYMENT_ROUTING_SIDECAR_IMAGE"),
     )
 
+    router_cpu_request: str = Field(default=DEFAULT_ROUTER_RESOURCES.cpu_request,
+                                    validation_alias=_resource_alias("router_cpu_request"))
+    router_memory_request: str = Field(default=DEFAULT_ROUTER_RESOURCES.memory_request,
+                                       validation_alias=_resource_alias("router_memory_request"))
+    router_cpu_limit: str = Field(default=DEFAULT_ROUTER_RESOURCES.cpu_limit,
+                                  validation_alias=_resource_alias("router_cpu_limit"))
+    router_memory_limit: str = Field(default=DEFAULT_ROUTER_RESOURCES.memory_limit,
+                                     validation_alias=_resource_alias("router_memory_limit"))
+    routing_sidecar_cpu_request: str = Field(default=DEFAULT_ROUTING_SIDECAR_RESOURCES.cpu_request,
+                                             validation_alias=_resource_alias("routing_sidecar_cpu_request"))
+    routing_sidecar_memory_request: str = Field(default=DEFAULT_ROUTING_SIDECAR_RESOURCES.memory_request,
+                                                validation_alias=_resource_alias("routing_sidecar_memory_request"))
+    routing_sidecar_cpu_limit: str = Field(default=DEFAULT_ROUTING_SIDECAR_RESOURCES.cpu_limit,
+                                           validation_alias=_resource_alias("routing_sidecar_cpu_limit"))
+    routing_sidecar_memory_limit: str = Field(default=DEFAULT_ROUTING_SIDECAR_RESOURCES.memory_limit,
+                                              validation_alias=_resource_alias("routing_sidecar_memory_limit"))
+
+    @field_validator(*RESOURCE_SETTINGS, mode="after")
+    @classmethod
+    def _positive_quantity(cls, value: str, info: ValidationInfo) -> str:
+        """Each resource setting is a positive Kubernetes quantity (a Pod with another is refused)."""
+        name = RESOURCE_SETTINGS[info.field_name or ""]
+        try:
+            amount = quantity.parse(value)
+        except quantity.QuantityError as exc:
+            raise ValueError(f"{name}: {exc}; give a quantity such as 500m or 2 (CPU), 512Mi or 2Gi (memory)") from None
+        if amount <= 0:
+            raise ValueError(f"{name}: {value!r} is not above zero; give a positive quantity")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Settings:
+        """A request above its limit is refused by the API server for every router Pod: say so at start."""
+        for who in ("router", "routing_sidecar"):
+            for resource in ("cpu", "memory"):
+                request, limit = f"{who}_{resource}_request", f"{who}_{resource}_limit"
+                if quantity.parse(getattr(self, request)) > quantity.parse(getattr(self, limit)):
+                    raise ValueError(f"{RESOURCE_SETTINGS[request]} ({getattr(self, request)}) is above "
+                                     f"{RESOURCE_SETTINGS[limit]} ({getattr(self, limit)}); raise the limit or "
+                                     "lower the request")
+        return self
+
     def render_options(self) -> RenderOptions:
         return RenderOptions(kv_cache_dtype_owned=self.kv_cache_dtype_owned, router_image=self.router_image,
-                             routing_sidecar_image=self.routing_sidecar_image)
+                             routing_sidecar_image=self.routing_sidecar_image,
+                             router_resources=ContainerResources(
+                                 cpu_request=self.router_cpu_request, memory_request=self.router_memory_request,
+                                 cpu_limit=self.router_cpu_limit, memory_limit=self.router_memory_limit),
+                             routing_sidecar_resources=ContainerResources(
+                                 cpu_request=self.routing_sidecar_cpu_request,
+                                 memory_request=self.routing_sidecar_memory_request,
+                                 cpu_limit=self.routing_sidecar_cpu_limit,
+                                 memory_limit=self.routing_sidecar_memory_limit))

@@ -27,6 +27,29 @@ STORE_PROTOCOL = {
 
 
 @dataclass(frozen=True)
+class ContainerResources:
+    """CPU and memory requests and limits (Kubernetes quantities) of a container the operator adds."""
+
+    cpu_request: str
+    memory_request: str
+    cpu_limit: str
+    memory_limit: str
+
+    def as_kube(self) -> dict[str, dict[str, str]]:
+        return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+                "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit}}
+
+
+# Each router container (llm-d's Envoy and Endpoint Picker, vllm-router, sglang-gateway): enough for
+# a proxy and a scorer at moderate load, burstable to two cores (docs/operations.md, "Settings").
+DEFAULT_ROUTER_RESOURCES = ContainerResources(cpu_request="500m", memory_request="512Mi", cpu_limit="2",
+                                              memory_limit="2Gi")
+# The routing sidecar in each routed vLLM decoder Pod (part of that Pod's quota).
+DEFAULT_ROUTING_SIDECAR_RESOURCES = ContainerResources(cpu_request="500m", memory_request="256Mi", cpu_limit="2",
+                                                       memory_limit="1Gi")
+
+
+@dataclass(frozen=True)
 class RenderOptions:
     """Operator settings that change what Pods render (changing one rolls the affected replicas)."""
 
@@ -34,6 +57,8 @@ class RenderOptions:
     # Empty: each router's own default image (app.engines.router_flags); spec.router.image wins.
     router_image: str = ""
     routing_sidecar_image: str = vocab.DEFAULT_ROUTING_SIDECAR_IMAGE
+    router_resources: ContainerResources = DEFAULT_ROUTER_RESOURCES
+    routing_sidecar_resources: ContainerResources = DEFAULT_ROUTING_SIDECAR_RESOURCES
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str,
         ],
         "ports": [{"name": vocab.PORT_NAME_HTTP, "containerPort": ports.container, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": vocab.HEALTH_PATH, "port": ports.container}, "periodSeconds": 10},
-        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+        "resources": ctx.options.routing_sidecar_resources.as_kube(),
         "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
     }
 

@@ -216,6 +216,7 @@ def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tupl
                   {"name": vocab.PORT_NAME_METRICS, "containerPort": rf.LLMD_EPP_METRICS_PORT, "protocol": "TCP"}],
         "livenessProbe": {"grpc": {"port": rf.LLMD_EPP_HEALTH_PORT, "service": "liveness"}, "periodSeconds": 10},
         "readinessProbe": {"grpc": {"port": rf.LLMD_EPP_HEALTH_PORT, "service": "readiness"}, "periodSeconds": 5},
+        "resources": ctx.options.router_resources.as_kube(),
         "volumeMounts": [{"name": vocab.ROUTER_CONFIG_VOLUME, "mountPath": vocab.ROUTER_CONFIG_DIR,
                           "readOnly": True}],
     }
@@ -231,6 +232,7 @@ def _llmd(ctx: DeploymentContext, renders: list[RoleRender], image: str) -> tupl
                            "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": rf.LLMD_ENVOY_READY_PATH, "port": rf.LLMD_ENVOY_READY_PORT},
                           "periodSeconds": 10},
+        "resources": ctx.options.router_resources.as_kube(),
         "volumeMounts": [{"name": vocab.ROUTER_CONFIG_VOLUME, "mountPath": vocab.ROUTER_CONFIG_DIR,
                           "readOnly": True}],
     }
@@ -296,6 +298,7 @@ def _rust_router(ctx: DeploymentContext, renders: list[RoleRender], image: str, 
                            "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": rf.RUST_ROUTER_LIVENESS_PATH, "port": vocab.ROUTER_PORT},
                           "periodSeconds": 10},
+        "resources": ctx.options.router_resources.as_kube(),
     }
     if name == vocab.ROUTER_VLLM:
         container["command"] = list(rf.VLLM_ROUTER_COMMAND)

@@ -8,8 +8,11 @@ import pytest
 import yaml
 
 from app import vocab
+from app.control.sync import SyncSettings
 from app.engines import argv as engine_argv
 from app.engines import router_flags as rf
+from app.model.context import DEFAULT_ROUTER_RESOURCES, ContainerResources, RenderOptions
+from app.settings import Settings
 from tests.helpers import by_kind, condition, engine, env_of, parent, pods, services, sync
 
 ROUTERS_BY_ENGINE = {"vLLM": ["llm-d-router", "vllm-router"], "SGLang": ["llm-d-router", "sglang-gateway"]}
@@ -288,3 +291,79 @@ def test_rust_router_serves_metrics_on_its_own_port(engine_name, router, port):
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][container["args"].index("--prometheus-port") + 1] == str(port)
     assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
+
+
+# --- resources of the router containers (docs/operations.md, "Settings") ---------------------
+
+DEFAULT_ROUTER_KUBE = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+SMALL = ContainerResources(cpu_request="100m", memory_request="128Mi", cpu_limit="1", memory_limit="256Mi")
+SMALL_KUBE = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+
+
+def _router_containers(result) -> list[dict]:
+    (deployment,) = by_kind(result, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_the_default_router_resources_are_the_documented_ones():
+    assert DEFAULT_ROUTER_RESOURCES.as_kube() == DEFAULT_ROUTER_KUBE
+
+
+@pytest.mark.parametrize("engine_name,router,cache", CASES)
+def test_every_router_container_has_requests_and_limits(engine_name, router, cache):
+    """No router container runs BestEffort (a namespace with a ResourceQuota would refuse it)."""
+    containers = _router_containers(sync(pair(engine_name, router, cache=cache)))
+    assert {c["name"] for c in containers} == ({"envoy", "epp"} if router == "llm-d-router" else {"router"})
+    for container in containers:
+        assert container["resources"] == DEFAULT_ROUTER_KUBE, container["name"]
+
+
+@pytest.mark.parametrize("router", ["llm-d-router", "vllm-router"])
+def test_a_server_only_router_has_them_too(router):
+    md = parent("qwen-chat")
+    md["spec"]["router"] = {"name": router}
+    for container in _router_containers(sync(md)):
+        assert container["resources"] == DEFAULT_ROUTER_KUBE
+
+
+def test_router_resources_follow_the_operator_setting():
+    settings = SyncSettings(options=RenderOptions(router_resources=SMALL))
+    for container in _router_containers(sync(pair("vLLM", "llm-d-router"), settings)):
+        assert container["resources"] == SMALL_KUBE
+
+
+def test_routing_sidecar_resources_follow_their_own_setting():
+    default = role_pod(sync(pair("vLLM", "llm-d-router")), "decode")["spec"]["initContainers"][0]
+    assert default["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"},
+                                    "limits": {"cpu": "2", "memory": "1Gi"}}
+    settings = SyncSettings(options=RenderOptions(routing_sidecar_resources=SMALL))
+    result = sync(pair("vLLM", "llm-d-router"), settings)
+    (proxy,) = role_pod(result, "decode")["spec"]["initContainers"]
+    assert proxy["resources"] == SMALL_KUBE
+    for container in _router_containers(result):
+        assert container["resources"] == DEFAULT_ROUTER_KUBE  # the router's own setting is apart
+
+
+def test_the_resource_settings_are_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv(vocab.SETTING_ROUTER_CPU_REQUEST, "250m")
+    monkeypatch.setenv(vocab.SETTING_ROUTER_MEMORY_LIMIT, "4Gi")
+    monkeypatch.setenv("MODELDEPLOYMENT_ROUTING_SIDECAR_CPU_LIMIT", "3")
+    options = Settings().render_options()
+    assert options.router_resources == ContainerResources(cpu_request="250m", memory_request="512Mi",
+                                                          cpu_limit="2", memory_limit="4Gi")
+    assert options.routing_sidecar_resources.cpu_limit == "3"
+
+
+@pytest.mark.parametrize("name,value,problem", [
+    (vocab.SETTING_ROUTER_CPU_LIMIT, "two", "is not a Kubernetes quantity"),
+    (vocab.SETTING_ROUTING_SIDECAR_MEMORY_REQUEST, "0", "is not above zero"),
+    (vocab.SETTING_ROUTER_CPU_REQUEST, "4", "is above GPUSTACK_MODEL_DEPLOYMENT_ROUTER_CPU_LIMIT"),
+    (vocab.SETTING_ROUTING_SIDECAR_MEMORY_REQUEST, "2Gi",
+     "is above GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_MEMORY_LIMIT"),
+])
+def test_a_bad_resource_setting_fails_at_start_naming_the_variable(monkeypatch, name, value, problem):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as err:
+        Settings()
+    assert name in str(err.value) and problem in str(err.value)
