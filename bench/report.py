@@ -45,10 +45,10 @@ def goals(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         rows.append(("sync throughput / trivial same-size endpoint", f"{tp['ratio']:.2f}{bound}",
                      f">= {GOAL_THROUGHPUT:g}", tp["ratio"] >= GOAL_THROUGHPUT))
         if "sync_floor_ratio" in tp:
-            rows.append(("sync throughput / JSON floor endpoint (issue 15)", f"{tp['sync_floor_ratio']:.2f}",
+            rows.append(("sync throughput / JSON floor endpoint", f"{tp['sync_floor_ratio']:.2f}",
                          f">= {GOAL_SYNC_FLOOR_THROUGHPUT:g}", tp["sync_floor_ratio"] >= GOAL_SYNC_FLOOR_THROUGHPUT))
             # Raised means beyond the run-to-run noise of this shared machine (~10%).
-            rows.append(("JSON floor endpoint: uvloop + httptools / asyncio + h11 (issue 15)",
+            rows.append(("JSON floor endpoint: uvloop + httptools / asyncio + h11",
                          f"{tp['floor_gain']:.2f}x", ">= 1.1x", tp["floor_gain"] >= 1.1))
     api = results.get("webhooks_apiserver")
     if api and api.get("available"):
