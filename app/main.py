@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        # Never a plain-text 500: every answer is JSON (SPEC §12). Handlers catch what they expect.
+        # Never a plain-text 500: every answer is JSON (docs/metacontroller.md#trust). Handlers catch what they expect.
         log.error("unhandled error on %s: %r", request.url.path, exc)
         return JSONResponse({"error": f"internal error: {type(exc).__name__}"}, status_code=500)
 

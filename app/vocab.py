@@ -108,7 +108,7 @@ ANNOTATION_KUEUE_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_KUEUE_ROLE_HASH = "kueue.x-k8s.io/role-hash"
 ANNOTATION_KUEUE_GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
 ANNOTATION_KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-# Never set by this operator (see the user's description, "Pod group labels and annotations").
+# Never set by this operator (docs/kueue.md#one-group-per-replica).
 ANNOTATION_KUEUE_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
 
 ANNOTATION_FINGERPRINT = "modeldeployment.gpustack.ai/fingerprint"
@@ -329,7 +329,7 @@ SETTING_MAX_PODS_PER_DEPLOYMENT = "MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT"
 SETTING_MAX_BODY_BYTES = "MODELDEPLOYMENT_MAX_BODY_BYTES"
 SETTING_MAX_BODY_VALUES = "MODELDEPLOYMENT_MAX_BODY_VALUES"
 
-# --- Bounds (SPEC §3, §10 rule 21, §12) ---------------------------------------------------------
+# --- Bounds (docs/admission.md#the-rules, docs/metacontroller.md#trust) ---------------------------
 
 # The schema's own limits, applied to values read back from a parent's status.
 MAX_ROLE_REPLICAS = 1024
@@ -357,7 +357,7 @@ MAX_INT64 = 2**63 - 1
 DECLARED_CHILD_MAPS = (CHILD_PODS, CHILD_SERVICES, CHILD_CONFIGMAPS, CHILD_SERVICE_ACCOUNTS, CHILD_ROLES,
                        CHILD_ROLE_BINDINGS, CHILD_DEPLOYMENTS)
 
-# --- Tenant isolation (SPEC §6 "Admission is not the only guard", §10 rule 20) -------------------
+# --- Tenant isolation (docs/rendering.md#the-renders-tenant-guard, admission rule 20) -------------
 
 # Paths the operator mounts into a managed role's engine container; a user mount at, over or under
 # one replaces what the operator put there.

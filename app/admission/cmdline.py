@@ -1,4 +1,4 @@
-"""The rules that read a role's command line and environment (SPEC §10 rules 12–15, the api-key warning).
+"""The rules that read a role's command line and environment (docs/admission.md#the-rules, 12–15).
 
 The command line is read the way the engine's own parser reads it (`app.engines.argv`): unique
 prefixes, vLLM's `_`→`-` and dotted members, `=value`, synonyms such as `-tp`. Kubernetes expands
@@ -339,7 +339,7 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
 
 
 def idle_cards_notices(subject: Subject) -> list[Notice]:
-    """SPEC §10 warning: a declared width (tp×pp×dp-local…, 1 when no degree is passed) below the
+    """A warning (docs/admission.md#the-rules): a declared width (tp×pp×dp-local…, 1 when no degree is passed) below the
     cards each Pod gets leaves cards idle. Rule 15 refuses the opposite; an unreadable line says nothing."""
     engine = subject.engine
     out: list[Notice] = []

@@ -1,4 +1,5 @@
-"""Rule 3: an update may not change a field that identifies the deployment (SPEC §3).
+"""Rule 3: an update may not change a field that identifies the deployment
+(docs/admission.md#frozen-and-editable-fields).
 
 Frozen: `model`, `engine.name`, `kvCache` (its connector too), `router.name` in place (the block
 may be added or removed), the set of roles and each role's `name` and `kind`, `roles[].size`,

@@ -1,7 +1,7 @@
 """What an admission decision is made of: refusals, warnings, and the subject under review.
 
 A refusal is data (a field path, what is wrong, the way out), never a bare string, and every
-refusal of one request is returned together (SPEC §10).
+refusal of one request is returned together (docs/admission.md#the-admissionreview-contract).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The validating rules of SPEC §10 that read the deployment's shape and the cluster objects.
+"""The validating rules (docs/admission.md#the-rules) that read the deployment's shape and the cluster objects.
 
 Each rule is one small function of a `Subject` returning its refusals (every one it finds, each
 with an indexed field path, what is wrong and the way out). The command-line rules (owned keys,
@@ -598,7 +598,7 @@ def cache_binding(subject: Subject) -> list[Refusal]:
     return out
 
 
-# The --kv-cache-dtype spellings of SPEC §11, from the engine registry. Only a value one engine lists
+# The --kv-cache-dtype spellings (docs/cluster-objects.md#kvcachepoolbinding), from the engine registry. Only a value one engine lists
 # and the other does not is refused (bf16 on vLLM; fp8 and float16 on SGLang): other values may come
 # with newer versions.
 KV_CACHE_DTYPES = {name: engine.kv_cache_dtypes for name, engine in ENGINES.items()}
@@ -720,10 +720,11 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
     return out
 
 
-# --- transports and routed ports: rule 19, the Ascend transport (SPEC §6) --------------------
+# --- transports and routed ports: rule 19, the Ascend transport (docs/rendering.md#kv-cache-attachment) --
 
 def ascend_transfer_protocol(subject: Subject) -> list[Refusal]:
-    """SPEC §6: vLLM on an Ascend pool transfers over `ascend`; another kvTransfer.protocol is refused."""
+    """vLLM on an Ascend pool transfers over `ascend` (docs/rendering.md#kv-cache-attachment); another
+    kvTransfer.protocol is refused."""
     transfer = subject.md.spec.kv_transfer
     if subject.world is None or transfer is None or transfer.protocol in vocab.ASCEND_TRANSFER_PROTOCOLS \
             or subject.engine != vocab.ENGINE_VLLM:

@@ -1,4 +1,4 @@
-"""The validating half: every rule of SPEC §10 over one object (and its stored version), at once.
+"""The validating half: every rule (docs/admission.md#the-rules) over one object (and its stored version), at once.
 
 Pure: the cluster objects arrive as a `World` already read (live, by the caller). The same function
 serves the webhook and `modeldeployment validate`.
@@ -20,8 +20,8 @@ from app.world import World
 
 Rule = Callable[[Subject], list[Refusal]]
 
-# Rule order is report order. Each entry is one SPEC §10 rule (or the part of one the object
-# answers alone); docs/admission.md has the table.
+# Rule order is report order. Each entry is one rule of docs/admission.md#the-rules (or the part of
+# one the object answers alone).
 RULES: tuple[Rule, ...] = (
     rules.duplicate_names,
     rules.generated_names,  # 2
@@ -44,7 +44,7 @@ RULES: tuple[Rule, ...] = (
     rules.engine_version,  # 17
     rules.router_rules,  # 18
     rules.routed_ports,  # 19
-    rules.ascend_transfer_protocol,  # SPEC §6: the transport of an Ascend pool
+    rules.ascend_transfer_protocol,  # the transport of an Ascend pool (docs/rendering.md#kv-cache-attachment)
     rules.volumes,  # subPath and volume sources
     rules.operator_owned_mounts,  # 20
     rules.total_pods,  # 21

@@ -1,4 +1,4 @@
-"""The supporting resources the operator reads (SPEC §13), as pydantic views.
+"""The supporting resources the operator reads (docs/cluster-objects.md), as pydantic views.
 
 Only the fields we read are modelled; the CRDs preserve unknown fields so that the administrators'
 controllers can carry more.

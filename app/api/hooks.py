@@ -1,4 +1,4 @@
-"""Metacontroller composite-controller hook protocol, version v2 (SPEC §12).
+"""Metacontroller composite-controller hook protocol, version v2 (docs/metacontroller.md#requests).
 
 Requests are parsed leniently (Metacontroller may add fields); responses carry exactly the keys
 the protocol defines, since v2 parses them strictly.
@@ -50,8 +50,9 @@ def sync_response(status: KubeObject, children: list[KubeObject], resync_after: 
 # wrote which field (a `fieldsV1` tree as large as the object's spec and status together). It is
 # bookkeeping for server-side apply; no decision reads it and no answer carries it (kept children
 # return name, namespace, labels, annotations and spec only). client-go's informers strip it for
-# the same reason (TransformStripManagedFields). Reading the numerous kinds without it takes about
-# a third off parsing a large request; every other field is read as before.
+# the same reason (TransformStripManagedFields). Reading the numerous kinds without it makes parsing
+# a large request much cheaper (bench/results.md#figures-quoted-from-the-code); every other field is
+# read as before.
 
 # ObjectMeta's fields (k8s.io/apimachinery/pkg/apis/meta/v1), all but managedFields.
 _OBJECT_META_FIELDS = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",

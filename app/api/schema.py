@@ -15,7 +15,7 @@ from app import quantity
 
 def _representable(value: int | str) -> int | str:
     """A quantity too large to be represented (e.g. "1e999999") is refused where it is read, naming
-    its field, instead of failing every render that multiplies it (issue 12)."""
+    its field, instead of failing every render that multiplies it (docs/metacontroller.md#trust)."""
     problem = quantity.unrepresentable(value)
     if problem is not None:
         raise ValueError(problem)
@@ -63,7 +63,7 @@ def cel(rule: str, message: str, *, optional_old_self: bool = False, field_path:
     return validation
 
 
-# --- frozen fields as CEL transition rules (SPEC §3) --------------------------------------------
+# --- frozen fields as CEL transition rules (docs/admission.md#frozen-fields-in-the-crd-cel) ---------
 # The webhook (app.admission.frozen) refuses the same edits with per-request detail; these rules keep
 # the fields frozen when the webhook is bypassed. A rule with `oldSelf` runs on updates only, and
 # only where the field exists on both sides (list-map items are matched by key).

@@ -1,4 +1,4 @@
-"""What a hook request must be before anything is planned from it (SPEC §12, "Trust nothing").
+"""What a hook request must be before anything is planned from it (docs/metacontroller.md#trust).
 
 The hooks port answers anyone who can reach it, and a plan made from a malformed request is
 dangerous: an absent child map reads as "no children" (Metacontroller would delete every Pod), a
@@ -16,7 +16,7 @@ import msgspec
 
 from app import vocab
 
-REMEDY = "send a Metacontroller v2 hook request for a stored ModelDeployment (SPEC §12)"
+REMEDY = "send a Metacontroller v2 hook request for a stored ModelDeployment (docs/metacontroller.md#trust)"
 
 Int64 = Annotated[int, msgspec.Meta(ge=-vocab.MAX_INT64 - 1, le=vocab.MAX_INT64)]
 

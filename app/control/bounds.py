@@ -1,4 +1,4 @@
-"""Rule 21 (SPEC §10): the cost of one deployment is bounded, at admission and in sync.
+"""Rule 21 (docs/admission.md#the-rules): the cost of one deployment is bounded, at admission and in sync.
 
 One sync renders, plans and answers every Pod of a deployment in one request; its time and memory
 grow with the total Pods (Σ replicas × size). The bound, MODELDEPLOYMENT_MAX_PODS_PER_DEPLOYMENT

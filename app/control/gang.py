@@ -4,7 +4,7 @@ Every replica is its own Kueue Workload; a multi-role deployment must be admitte
 a full pool admits prefillers and strands them waiting for decoders that never arrive. Kueue
 admits a Workload in the same write that reserves its quota when every check is already Ready,
 so Ready is written only on a Workload that holds quota, and (two or more roles) only once every
-declared (role, replica) group of the deployment holds quota (SPEC §8, NOTES "Kueue").
+declared (role, replica) group of the deployment holds quota (docs/kueue.md#joint-admission).
 
 A single-role deployment's groups are independent: each is Ready as soon as it holds quota.
 

@@ -1,13 +1,13 @@
 """The rollout planner: for each role and replica ordinal, keep, create, replace or shed.
 
 Pure: observed Pods and Workloads plus the role's current render in, desired Pods and intents out.
-The rules (the user's "Rollout behavior", "Replica departures", "One group per replica"):
+The rules (docs/kueue.md#rollout-cadence):
 
 - scale-up is immediate: an ordinal nothing occupies is created on the first pass that sees it;
 - scale-down sheds the highest ordinals, deleting each departing replica's Pods and its Workload;
 - a replica whose render changed is replaced one per role at a time, and only while every replica
   the role declares holds an admitted Workload (a replacement is a fresh admission);
-- the availability gate (SPEC §9): a Ready replica is turned over only when every *other* replica
+- the availability gate: a Ready replica is turned over only when every *other* replica
   the role declares is Ready, so an edit never takes more than one serving replica of a role down,
   however fast Kueue admits and however often Metacontroller calls; a replica that is not Ready
   serves nothing and is turned over at once, so a rollout that fixes a broken render never stalls
@@ -123,7 +123,8 @@ def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.
 
 def _delete_workload(ctx: DeploymentContext, group: str, workload: KubeObject | None, why: str) -> list[Intent]:
     """Nothing for a Workload already being deleted (Kueue's finalizer holds it a while): deleting it
-    again on every pass cost a GET and a DELETE each (bench/e2e-scale: ~40% of a rollout's deletes)."""
+    again on every pass would cost a GET and a DELETE each time, a large share of a rollout's API
+    calls (bench/results.md#figures-quoted-from-the-code)."""
     if workload is None or obs.workload_deleting(workload):
         return []
     return [DeleteWorkload(ctx.namespace, group, why)]
@@ -264,7 +265,7 @@ def _serving(p: _RolePass, ordinal: int) -> bool:
 
 def may_turn_over(*, serving: bool, held: bool, admission_gate: bool, others_not_serving: bool,
                   ready_turnover_taken: bool) -> bool:
-    """The rollout gates (SPEC §9). A replica that serves nothing goes at once (unless new replicas
+    """The rollout gates (docs/kueue.md#rollout-cadence). A replica that serves nothing goes at once (unless new replicas
     are held); a Ready one only while every declared replica holds an admitted Workload (the
     admission gate), every other one is Ready (the availability gate), and no other Ready replica
     of the role turned over this pass."""

@@ -1,4 +1,4 @@
-"""Status: rebuilt from observed state on every sync, deterministic (SPEC §4). The only place a
+"""Status: rebuilt from observed state on every sync, deterministic (docs/status.md). The only place a
 deployment's status is built: phase, role statuses, conditions, endpoint, the router's readiness.
 
 `lastTransitionTime` moves only when a condition's status moves; it is carried over from the

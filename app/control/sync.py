@@ -179,7 +179,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
 
 
 def customize(parent: KubeObject) -> dict[str, Any]:
-    """Related objects Metacontroller should watch and hand to sync (SPEC §12)."""
+    """Related objects Metacontroller should watch and hand to sync (docs/metacontroller.md#customize)."""
     md = parse_parent(parent)
     namespace = md.metadata.namespace
     rules: list[dict[str, Any]] = [{

@@ -10,7 +10,7 @@ from app import vocab
 from app.api.v1 import Role
 from app.model.context import STORE_PROTOCOL, DeploymentContext
 
-# The store connector's kv_role (SPEC §6): a prefiller both saves to the store and loads the
+# The store connector's kv_role (docs/rendering.md#kv-cache-attachment): a prefiller both saves to the store and loads the
 # prefixes the pool already holds, so it is kv_both like a Server; a decoder only loads.
 STORE_KV_ROLE = {vocab.ROLE_KIND_SERVER: "kv_both", vocab.ROLE_KIND_PREFILL: "kv_both",
                  vocab.ROLE_KIND_DECODE: "kv_consumer"}
@@ -95,7 +95,8 @@ def on_ascend(ctx: DeploymentContext, role: Role) -> bool:
 
 
 def leg_protocol(ctx: DeploymentContext, role: Role) -> str:
-    """The effective transport of the role's direct leg: `ascend` for vLLM on an Ascend pool (SPEC §6)."""
+    """The effective transport of the role's direct leg: `ascend` for vLLM on an Ascend pool
+    (docs/rendering.md#kv-cache-attachment)."""
     if ctx.md.spec.engine.name == vocab.ENGINE_VLLM and on_ascend(ctx, role):
         return STORE_PROTOCOL[ASCEND_PROTOCOL]
     return ctx.transfer_protocol

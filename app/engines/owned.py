@@ -1,4 +1,4 @@
-"""The operator-owned keys of SPEC §6, per engine, and where an argv or env uses them. Pure.
+"""The operator-owned keys (docs/rendering.md#owned-keys), per engine, and where an argv or env uses them. Pure.
 
 The keys themselves are in the engine registry (app/engines/registry.py).
 

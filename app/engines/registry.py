@@ -4,11 +4,11 @@ One `Engine` per `vocab.ENGINES` name holds
 
 - `flags`: the option table of its server parser (app/engines/flags.py), read from the data file
   of one release (`version`); `scripts/extract-engine-flags.sh` regenerates the file;
-- `owned_flags`, `owned_env`: the operator-owned keys of SPEC §6 (refused in a user's argv/env in
+- `owned_flags`, `owned_env`: the operator-owned keys (docs/rendering.md#owned-keys; refused in a user's argv/env in
   every spelling the engine reads; `--kv-cache-dtype` is owned on top while the setting says so);
-- `api_key_env`: the env variables the engine reads its API key from (a warning, SPEC §10);
+- `api_key_env`: the env variables the engine reads its API key from (a warning, docs/admission.md#the-rules);
 - `degree_flags`: the canonical flags of its parallel degrees, to the `argv.Degrees` field each sets;
-- `kv_cache_dtypes`: the `--kv-cache-dtype` spellings of SPEC §11.
+- `kv_cache_dtypes`: the `--kv-cache-dtype` spellings (docs/cluster-objects.md#kvcachepoolbinding).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from app.model.context import DeploymentContext
 
 STORE_CONNECTOR = "MooncakeStoreConnector"
 DIRECT_CONNECTOR = "MooncakeConnector"
-# On an Ascend pool only the connector names change (SPEC §6): vllm-ascend's registered names.
+# On an Ascend pool only the connector names change (docs/rendering.md#kv-cache-attachment):
+# vllm-ascend's registered names.
 ASCEND_STORE_CONNECTOR = "AscendStoreConnector"
 ASCEND_STORE_BACKEND = "mooncake"
 ASCEND_DIRECT_CONNECTOR = "MooncakeConnectorV1"

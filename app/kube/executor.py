@@ -4,7 +4,7 @@ Without an API server (local runs, tests) every intent is logged and skipped, an
 still answer. A Workload delete that fails raises, so the hook answers 5xx and Metacontroller
 retries the whole pass; Events and admission-check writes are retried on the next sync.
 
-Trust nothing in the request that asked for them (SPEC §12): the hooks port answers anyone who can
+Trust nothing in the request that asked for them (docs/metacontroller.md#trust): the hooks port answers anyone who can
 reach it. Before the first write of a pass the executor reads the parent from the API server and
 goes on only when it exists with the request's UID (`ParentMismatch` otherwise: nothing written).
 Each intent must then be about that parent: Events on it, in its namespace; Workloads only among
@@ -188,8 +188,8 @@ class Executor:
                 continue
             allowed.append(intent)
         # Each intent is about another object (a Workload, an Event): they run side by side, a few at
-        # a time, so a pass waits about one round trip rather than one per intent (bench/e2e-scale:
-        # a finalize deleting ten Workloads one after the other held Metacontroller's worker ~0.5 s).
+        # a time, so a pass waits about one round trip rather than one per intent: Metacontroller's
+        # worker waits on the hook meanwhile (bench/results.md#figures-quoted-from-the-code).
         # The first failure is raised once all have run, as the sequential loop raised it.
         limit = asyncio.Semaphore(INTENTS_IN_FLIGHT)
 

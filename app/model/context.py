@@ -13,7 +13,7 @@ from app.api.cluster import KVCacheBackend, KVCachePool, KVCachePoolBinding, Mod
 from app.api.v1 import ModelDeployment
 from app.world import World
 
-# The store's spelling of each KVCacheBackend/kvTransfer protocol (SPEC §11, §13).
+# The store's spelling of each KVCacheBackend/kvTransfer protocol (docs/rendering.md#kv-cache-attachment).
 STORE_PROTOCOL = {
     "Auto": "tcp",
     "TCP": "tcp",

@@ -192,7 +192,7 @@ def _volumes(role: Role, engine: EngineRender) -> tuple[list[dict[str, Any]], li
 
 
 def _probes(ports: Ports) -> dict[str, Any]:
-    """All three probes follow the external listener (SPEC §11); behind the routing proxy they go
+    """All three probes follow the external listener (docs/rendering.md#ports-and-probes); behind the routing proxy they go
     through it to the engine, so a decoder is Ready (and alive) only when the proxy reaches it."""
     external = {"httpGet": {"path": vocab.PROXIED_READINESS_PATH if ports.proxied else vocab.HEALTH_PATH,
                             "port": ports.container}}

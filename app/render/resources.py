@@ -1,4 +1,4 @@
-"""Pod resources from the role's accelerator request and its InstanceType (SPEC §5, §13).
+"""Pod resources from the role's accelerator request and its InstanceType (docs/rendering.md#resources).
 
 CPU, memory and ephemeral storage are not user fields: they are the type's per-unit resources
 scaled by what one Pod takes of a card. Requests equal limits.

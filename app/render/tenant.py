@@ -1,4 +1,4 @@
-"""Tenant isolation in the render (SPEC §6 "Admission is not the only guard", §10 rule 20).
+"""Tenant isolation in the render (docs/rendering.md#the-renders-tenant-guard; admission rule 20).
 
 The KV cache tenant is the Binding's domain, rendered by the operator into the client
 configuration (vLLM: the file `/etc/gpustack/kvcache/mooncake.json` that `MOONCAKE_CONFIG_PATH`

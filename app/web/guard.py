@@ -1,15 +1,15 @@
 """ASGI guards in front of the app: a request body limit, and which paths each listener serves.
 
 - `BodyLimit`: a body above `max_bytes` is answered 413 (JSON) before the app sees any of it, so a
-  huge request cannot grow the process (SPEC §12). The body is read here and handed on in one
-  piece: every endpoint reads its whole body anyway. Bytes alone do not bound what decoding costs:
-  64 MiB of `{},{},…` decodes to 21 million dicts (1.4 GB). So a large body (above
-  `DENSE_CHECK_BYTES`) whose JSON values (`,` `{` `[` counted, a bound from above) exceed
-  `max_values` is answered 413 too; a sync at the Pod bound holds about 3.7 million
-  (bench/bound.py), the default allows 6 million (about 430 MB decoded at worst).
+  huge request cannot grow the process (docs/metacontroller.md#trust). The body is read here and
+  handed on in one piece: every endpoint reads its whole body anyway. Bytes alone do not bound what
+  decoding costs: a body of the cheapest values (`{},{},…`) decodes to many times its size. So a
+  large body (above `DENSE_CHECK_BYTES`) whose JSON values (`,` `{` `[` counted, a bound from above)
+  exceed `max_values` is answered 413 too; the default leaves room above what a sync at the Pod bound
+  holds (bench/bound.py measures both; bench/results.md#figures-quoted-from-the-code).
 - `Listener`: the webhook listener (TLS, the API server) serves only `/webhooks/`, the hooks
   listener (Metacontroller) only `/hooks/`; both serve health and metrics. With the ports apart, a
-  NetworkPolicy can admit each port from its one caller (docs/operations.md, "Security").
+  NetworkPolicy can admit each port from its one caller (docs/operations.md#security).
 """
 
 from __future__ import annotations

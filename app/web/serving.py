@@ -60,7 +60,7 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop when it is installed (a dependency on Linux), else asyncio's own.
 
     With uvloop, and httptools (which uvicorn's `http="auto"` picks when installed), the HTTP
-    work of a request costs about half (bench/results.md, "Sync throughput")."""
+    work of a request costs markedly less (bench/results.md#figures-quoted-from-the-code)."""
     try:
         import uvloop
     except ImportError:
