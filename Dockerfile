@@ -23,6 +23,6 @@ HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
 # `serve` runs on uvloop with httptools (both in requirements.lock; app/web/serving.py), one process
 # per Pod: the AdmissionCheck keeper, the metrics and the certificate reloader are per process, so it
-# scales by replicas (charts/, manifests/), not workers (bench/README.md, "Throughput").
+# scales by replicas (charts/, manifests/), not workers (bench/README.md#the-http-stack-one-process-and-the-operator-on-the-real-stack).
 ENTRYPOINT ["modeldeployment"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

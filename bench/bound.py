@@ -1,12 +1,12 @@
 """A sync at the Pod bound (rule 21): its time and the process's peak memory, and the cost of the
-largest request the body limit lets in (issue 12, item 3).
+largest request the body limit lets in (docs/metacontroller.md#trust).
 
     .venv/bin/python -m bench.bound            # prints a Markdown table; --json for the raw numbers
 
 Each case runs in a fresh process, so its peak RSS (VmHWM) is that of a service that answered
 exactly that request: the app is built (production settings: the default Pod bound 2,048 and body
 limit 64 MiB, no API server), the request body is read into memory (as the server holds it), then
-the sync hook is called `REPEATS` times in-process. The goal (docs/operations.md, "Security"): the
+the sync hook is called `REPEATS` times in-process. The goal (docs/operations.md#security): the
 peak stays within half the operator Pod's memory limit (manifests/operator/deployment.yaml).
 """
 

@@ -1,5 +1,5 @@
-"""The five endpoints fuzzed for longer than the suite does (issue 12): requests, answers by class,
-p50/p99 latency and the process's peak RSS, for docs/operations.md ("Security").
+"""The five endpoints fuzzed for longer than the suite does: requests, answers by class,
+p50/p99 latency and the process's peak RSS, for docs/operations.md#security.
 
     .venv/bin/python -m bench.fuzz --requests 20000      # about a minute per 10,000 on 2 cores
 

@@ -1,6 +1,6 @@
-"""A bounded fuzz of all five endpoints, in-process (issue 12): whatever arrives, the answer is JSON
+"""A bounded fuzz of all five endpoints, in-process: whatever arrives, the answer is JSON
 and never a 5xx, an AdmissionReview echoes its uid, and every write the executor makes is one the
-real parent could have caused (SPEC §12). bench/fuzz.py runs the same generators for longer.
+real parent could have caused (docs/metacontroller.md#trust). bench/fuzz.py runs the same generators for longer.
 
 Requests are valid ones (sync/finalize with observed children, customize, admission CREATE and
 UPDATE) with one random mutation each: a field deleted, or replaced by any JSON value (huge

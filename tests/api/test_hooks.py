@@ -1,4 +1,5 @@
-"""The hook endpoints in-process: never a 200 that would delete children (SPEC §12)."""
+"""The hook endpoints in-process: never a 200 that would delete children
+(docs/metacontroller.md#a-200-without-children)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The webhook listener reloads a rotated certificate without a restart (issue 12, item 5).
+"""The webhook listener reloads a rotated certificate without a restart (docs/operations.md#what-each-port-trusts).
 
 A real uvicorn on loopback, started the way `modeldeployment serve` starts it, serves certificate
 A; the files are swapped for B the way the kubelet updates a Secret volume (a new file renamed over

@@ -1,4 +1,4 @@
-"""The hooks and webhooks trust nothing (SPEC §12, issue 12): malformed, forged and oversized
+"""The hooks and webhooks trust nothing (docs/metacontroller.md#trust): malformed, forged and oversized
 requests get a 4xx with a JSON body naming the problem, never a plan and never a 5xx."""
 
 from __future__ import annotations

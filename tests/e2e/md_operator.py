@@ -1,5 +1,5 @@
 """The operator under test, installed on the loopback control plane in the documented order
-(docs/operations.md, "Install"): Metacontroller (started with the control plane, its CRDs
+(docs/operations.md#install): Metacontroller (started with the control plane, its CRDs
 included), our CRDs, the webhook configurations, the operator, then the CompositeController.
 
 - our service runs as a process: TLS for the admission webhooks (a serving cert from the control

@@ -1,4 +1,4 @@
-"""Forged hook requests write nothing on a real control plane (issue 12, SPEC §12 "Trust nothing").
+"""Forged hook requests write nothing on a real control plane (docs/metacontroller.md#trust).
 
 The hooks port answers anyone who can reach it. Here a caller on it forges sync and finalize
 requests the way the issue's review did — a parent in another namespace that does not exist, and

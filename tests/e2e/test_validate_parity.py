@@ -190,7 +190,7 @@ def test_api_version_and_kind(op: Operator, api_version: str, kind: str) -> None
     assert (api_version if kind == "ModelDeployment" else kind) in stderr
 
 
-# --- what the cluster runs for a routed pair (issue 16 items 1, 4, 13) -----------------------------
+# --- what the cluster runs for a routed pair ------------------------------------------------------
 
 
 ROLE_KIND_LABEL = vocab.LABEL_ROLE_KIND

@@ -1,4 +1,4 @@
-"""Hand-written stories from the user's description, played in the simulator.
+"""Hand-written stories of what users do and what the cluster does to them, played in the simulator.
 
 Each story drives Metacontroller, Kueue and the kubelet around `reconcile`; the simulator checks
 the invariants of every pass on its own (tests/sim/world.py), the stories check what the user's
@@ -171,8 +171,8 @@ def ready_replicas(sim: Sim, name: str, role: str, replicas: int) -> int:
 
 def test_a_rollout_under_metacontrollers_call_pattern_keeps_all_but_one_replica_ready() -> None:
     """Metacontroller calls sync many times a second, each on an informer view that lags its last
-    answer, and Kueue admits a replacement at once; the kubelet takes its time. Issue 11 saw every
-    replica of a 3-replica role go down within a second under the admission-only gate."""
+    answer, and Kueue admits a replacement at once; the kubelet takes its time. Under the admission-only gate every
+    replica of a 3-replica role went down within a second (docs/kueue.md#rollout-cadence)."""
     sim = Sim(capacity={A10G: 8})
     sim.apply(chat(3))
     running(sim, "qwen-chat")

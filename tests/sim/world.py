@@ -29,8 +29,8 @@ ModelDeployments and plays, step by step, the parts of the system the hooks serv
   are ungated, bound and become Running+Ready; a NotReady node leaves its Pods Running but not
   Ready and never confirms their deletion; a deleted Node has its Pods force-deleted.
 
-Every hook pass is checked against the invariants of issues 6 and 11 (see `Sim._check_pass` and
-`Sim._check_intent`; among them: never more than one Ready replica of a role lost to a turnover,
+Every hook pass is checked against the invariants of docs/kueue.md#testing-the-simulator (see
+`Sim._check_pass` and `Sim._check_intent`; among them: never more than one Ready replica of a role lost to a turnover,
 judged on the store whatever the views said, and nothing deleted without a reason the request
 shows); a violation raises `InvariantViolation` with the trace of recent steps.
 """

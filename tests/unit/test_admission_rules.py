@@ -1,4 +1,4 @@
-"""Admission: a table of bad deployments, one or more per rule of SPEC §10, each refused at its field path.
+"""Admission: a table of bad deployments, one or more per rule of docs/admission.md#the-rules, each refused at its field path.
 
 Every case runs the same path as the API server: the mutating webhook's patch is applied, then the
 validating rules run, against the example world (plus a few cache backends and types the examples
@@ -413,7 +413,7 @@ CASES: list[Case] = [
     Case("19-own-port-flag", pair("SGLang", prefill={"extraArgs": ["--port", "9000"]},
                                   decode={"extraArgs": ["--port", "9100"]}), "spec.roles[1].extraArgs",
          "prefill 9000 (spec.roles[0]), decode 9100 (spec.roles[1])"),
-    # SPEC §6: the transport of an Ascend pool ---------------------------------------------------
+    # the transport of an Ascend pool (docs/rendering.md#kv-cache-attachment) ------------------
     Case("ascend-rdma", with_(pair(prefill={"instanceType": ASCEND}, decode={"instanceType": ASCEND}),
                               lambda o: spec(o).update(kvTransfer={"protocol": "RDMA"})),
          "spec.kvTransfer.protocol", "RDMA is not a transport of an Ascend pool", says_also=["CANN or Auto"]),

@@ -71,7 +71,7 @@ def _node(path: str) -> dict:
     return node
 
 
-# SPEC §3's frozen fields, each with the CEL transition rule that keeps it frozen without the webhook.
+# The frozen fields (docs/admission.md#frozen-and-editable-fields), each with the CEL transition rule that keeps it frozen without the webhook.
 FROZEN_VALUE_RULES = [
     ("model", "self == oldSelf"),
     ("engine.name", "self == oldSelf"),

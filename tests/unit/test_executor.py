@@ -1,5 +1,5 @@
 """The executor turns intents into exactly the API calls the RBAC allows, idempotently, and only
-for the parent that exists with the request's UID (SPEC §12)."""
+for the parent that exists with the request's UID (docs/metacontroller.md#trust)."""
 
 from __future__ import annotations
 

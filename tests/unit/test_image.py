@@ -1,4 +1,4 @@
-"""The runner image formula and each of its failure messages (SPEC §7)."""
+"""The runner image formula and each of its failure messages (docs/rendering.md#runner-image)."""
 
 import copy
 

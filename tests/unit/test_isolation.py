@@ -1,4 +1,5 @@
-"""Issue 12: rules 20 and 21, the render's tenant guard, bounded status read-backs, quantities."""
+"""Rules 20 and 21, the render's tenant guard (docs/rendering.md#the-renders-tenant-guard), bounded
+status read-backs, quantities."""
 
 from __future__ import annotations
 

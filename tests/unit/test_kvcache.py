@@ -1,4 +1,4 @@
-"""KV cache pool attachment, per engine and role kind (SPEC §6; issue: KV cache pool attachment)."""
+"""KV cache pool attachment, per engine and role kind (docs/rendering.md#kv-cache-attachment)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The package's layers (docs/architecture.md, "Layers"): no module imports a module of a layer
+"""The package's layers (docs/architecture.md#layers): no module imports a module of a layer
 above its own. Read from the source with `ast`, so an import inside a function or under
 TYPE_CHECKING counts too."""
 

@@ -1,4 +1,4 @@
-"""Operator-owned keys (SPEC §6): every spelling of an owned flag, ownership per engine."""
+"""Operator-owned keys (docs/rendering.md#owned-keys): every spelling of an owned flag, ownership per engine."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_owned_keys_exist_in_the_engine_parser(engine):
 @pytest.mark.parametrize(
     "engine,argv,flag,spelling,member",
     [
-        # vLLM: every spelling in SPEC §6
+        # vLLM: every spelling (docs/engines.md#the-rules)
         (V, ["m", "--kv-transfer-config", "{}"], "--kv-transfer-config", "--kv-transfer-config", None),
         (V, ["m", "--kv_transfer_config", "{}"], "--kv-transfer-config", "--kv_transfer_config", None),
         (V, ["m", "--kv-transfer-conf", "{}"], "--kv-transfer-config", "--kv-transfer-conf", None),

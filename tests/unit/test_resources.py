@@ -1,4 +1,4 @@
-"""Pod resources from the InstanceType (SPEC §5, §13)."""
+"""Pod resources from the InstanceType (docs/rendering.md#resources)."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Prefill/decode pairs behind a router (issue: P/D pairs behind a router)."""
+"""Prefill/decode pairs behind a router (docs/research/routers.md)."""
 
 from __future__ import annotations
 

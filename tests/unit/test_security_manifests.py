@@ -1,4 +1,4 @@
-"""Issue 12 in the manifests: a NetworkPolicy admits each port from its one caller, the webhook
+"""The security model in the manifests (docs/operations.md#security): a NetworkPolicy admits each port from its one caller, the webhook
 certificate comes from a CA chain (a renewal keeps caBundle), hooks and webhooks on their own ports."""
 
 from __future__ import annotations

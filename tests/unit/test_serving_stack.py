@@ -1,5 +1,5 @@
-"""`modeldeployment serve` runs on uvloop and httptools (issue 15): both are dependencies, and the
-listeners pick them up (bench/results.md, "Sync throughput", measures what they change)."""
+"""`modeldeployment serve` runs on uvloop and httptools: both are dependencies, and the
+listeners pick them up (bench/results.md#sync-throughput-through-uvicorn measures what they change)."""
 
 from __future__ import annotations
 

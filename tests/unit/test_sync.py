@@ -1,4 +1,4 @@
-"""The sync hook's render: every role shape of SPEC §5, scaling, status (issue: the hooks service)."""
+"""The sync hook's render: every role shape of docs/rendering.md, scaling, status."""
 
 from __future__ import annotations
 

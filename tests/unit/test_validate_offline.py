@@ -1,4 +1,4 @@
-"""Offline `modeldeployment validate` answers what the cluster answers (issue 16 item 8).
+"""Offline `modeldeployment validate` answers what the cluster answers (docs/admission.md#offline).
 
 The API server checks apiVersion, kind and (kubectl's strict field validation) unknown fields
 before any webhook; the offline command does the same, names near misses, and reports schema
