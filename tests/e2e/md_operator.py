@@ -37,7 +37,8 @@ class Operator:
     hooks_port: int
 
     def stop(self) -> None:
-        self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "--wait=false", check=False)
+        self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "modeldeploymentscaler", "--wait=false",
+                        check=False)
         self.cp.stop_process("operator")
 
     def wait_listening(self) -> None:
@@ -86,28 +87,37 @@ def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_
     (overlay / "base-metacontroller").mkdir(exist_ok=True)
     for name in ("mutating.yaml", "validating.yaml"):
         (overlay / "base-webhook" / name).write_text((REPO / "manifests" / "webhook" / name).read_text())
-    (overlay / "base-metacontroller" / "compositecontroller.yaml").write_text(
-        (REPO / "manifests" / "metacontroller" / "compositecontroller.yaml").read_text())
+    for name in ("compositecontroller.yaml", "scaler-compositecontroller.yaml"):
+        (overlay / "base-metacontroller" / name).write_text((REPO / "manifests" / "metacontroller" / name).read_text())
     ca = cp.ca_bundle_b64
     patches = []
-    for kind, name, path in (("MutatingWebhookConfiguration", "modeldeployment-operator", "/webhooks/mutate"),
-                             ("ValidatingWebhookConfiguration", "modeldeployment-operator", "/webhooks/validate")):
-        patches.append({"target": {"kind": kind, "name": name}, "patch": yaml.safe_dump([
-            {"op": "replace", "path": "/webhooks/0/clientConfig",
-             "value": {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca}},
-            {"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"},
-        ])})
+    # Each configuration's webhooks, in manifest order, and the path each serves.
+    for kind, name, paths in (("MutatingWebhookConfiguration", "modeldeployment-operator", ["/webhooks/mutate"]),
+                              ("ValidatingWebhookConfiguration", "modeldeployment-operator",
+                               ["/webhooks/validate", "/webhooks/scaler/validate"])):
+        ops: list[dict[str, Any]] = [
+            {"op": "replace", "path": f"/webhooks/{i}/clientConfig",
+             "value": {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca}}
+            for i, path in enumerate(paths)]
+        ops.append({"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"})
+        patches.append({"target": {"kind": kind, "name": name}, "patch": yaml.safe_dump(ops)})
     hooks = []
     for hook in ("customize", "sync", "finalize"):
         hooks.append({"op": "replace", "path": f"/spec/hooks/{hook}/webhook",
                       "value": {"url": f"http://127.0.0.1:{hooks_port}/hooks/{hook}", "timeout": "10s"}})
     patches.append({"target": {"kind": "CompositeController", "name": "modeldeployment"},
                     "patch": yaml.safe_dump(hooks)})
+    scaler_hooks = [{"op": "replace", "path": f"/spec/hooks/{hook}/webhook",
+                     "value": {"url": f"http://127.0.0.1:{hooks_port}/hooks/scaler/{hook}", "timeout": "10s"}}
+                    for hook in ("customize", "sync")]
+    patches.append({"target": {"kind": "CompositeController", "name": "modeldeploymentscaler"},
+                    "patch": yaml.safe_dump(scaler_hooks)})
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": ["base-webhook/mutating.yaml", "base-webhook/validating.yaml",
-                      "base-metacontroller/compositecontroller.yaml"],
+                      "base-metacontroller/compositecontroller.yaml",
+                      "base-metacontroller/scaler-compositecontroller.yaml"],
         "patches": patches,
     }))
     return [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(overlay)).stdout) if d]
