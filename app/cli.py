@@ -1,21 +1,38 @@
-"""`modeldeployment`: serve the hooks and webhooks, dry-run a deployment, write the CRDs."""
+"""`modeldeployment`: serve the hooks and webhooks, dry-run a deployment, write the CRDs.
+
+Exit codes: 0 done; 1 refused (a deployment the cluster would not store, or a render that fails);
+2 a usage or input problem (a flag, a file that cannot be read, a port in use); 3 an internal error
+of the command (a bug: please report it with the input). Every error is printed as one line or a
+list of refusals, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import errno
+import logging
+import socket
+import ssl
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from app import logs, vocab
+from app.admission import fields, files
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.control.sync import SyncFailed, SyncSettings, reconcile
 from app.kube.executor import utc_now
 from app.settings import Settings
-from app.world import load_yaml_objects, related_map
+from app.world import World, related_map
+
+log = logging.getLogger("app")
 
 # The example world ships inside the package (a copy of examples/world, kept identical by
 # tests/unit/test_packaging.py), so an installed wheel or the image renders without a source tree.
@@ -25,6 +42,15 @@ DEFAULT_WORLD = Path(__file__).resolve().parent / "data" / "world"
 SOURCE_TREE = Path(__file__).resolve().parent.parent
 CRD_DIRS = [SOURCE_TREE / "manifests" / "crds", SOURCE_TREE / "charts" / "modeldeployment" / "crds"]
 
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+ENV_PREFIX = Settings.model_config.get("env_prefix", "")
+
+
+class UsageError(Exception):
+    """A flag, a setting or a file the command cannot use; the message says which and the fix."""
+
 
 class _PlainDumper(yaml.SafeDumper):
     """No anchors/aliases: rendered objects share sub-dicts, a reader wants them spelled out."""
@@ -33,31 +59,64 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def _deployments(path: Path) -> list[KubeObject]:
-    return [o for o in load_yaml_objects(path) if o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT]
+def _name(md: KubeObject) -> str:
+    found = md.get("metadata")
+    meta = found if isinstance(found, dict) else {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def _world_objects(world: Path | None) -> list[KubeObject]:
-    return load_yaml_objects(world) if world else []
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _no_deployment(path: Path, objects: list[KubeObject]) -> str:
+    kinds = sorted({str(o.get("kind")) for o in objects})
+    held = f"it holds {', '.join(kinds)}" if kinds else "it holds no Kubernetes object"
+    return (f"{path} holds no ModelDeployment ({held}) — pass a file with a document of apiVersion: "
+            f"{vocab.API_VERSION}, kind: {vocab.KIND_MODEL_DEPLOYMENT} (examples/deployments/ has some)")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    settings = Settings()
-    objects = _world_objects(args.world)
-    deployments = _deployments(args.file)
+    """The sync hook's answer for each deployment of the file, once the cluster would admit it."""
+    from app.admission.review import offline_verdict
+
+    options = settings()
+    objects = files.read_objects(args.world, "--world") if args.world else []
+    world_objects = [o for o in objects if isinstance(o.get("metadata"), dict)]
+    found = files.read_objects(args.file, "-f")
+    deployments = [o for o in found if fields.is_candidate(o)]
     if not deployments:
-        print(f"error: {args.file} holds no ModelDeployment", file=sys.stderr)
-        return 2
-    sync_settings = SyncSettings(options=settings.render_options())
+        raise UsageError(_no_deployment(args.file, found))
+    world = World.of(world_objects)
+    related = related_map(world_objects)
+    sync_settings = SyncSettings(options=options.render_options())
     status = 0
     for md in deployments:
-        md.setdefault("metadata", {}).setdefault("namespace", "default")
-        request = HookRequest(parent=md, children={}, related=related_map(objects))
+        if not isinstance(md.get("metadata"), dict):
+            md["metadata"] = {}
+        md["metadata"].setdefault("namespace", "default")
+        # Render only what the cluster would store: the API server's checks and both webhooks first.
+        with _quiet(logging.getLogger("app.admission.review")):  # the verdict is printed; its log line is the service's
+            verdict = offline_verdict(copy.deepcopy(md), None, world, kv_cache_dtype_owned=options.kv_cache_dtype_owned)
+        for warning in verdict.warnings:
+            print(f"Warning: {warning}", file=sys.stderr)
+        if not verdict.allowed:
+            print(f"error: {_name(md)}: refused, so not rendered (the cluster would not store it):\n{verdict.message}\n"
+                  f"(`modeldeployment validate -f {args.file}` checks it alone)", file=sys.stderr)
+            status = EXIT_REFUSED
+            continue
+        request = HookRequest(parent=md, children={}, related=related)
         try:
             result = reconcile(request, sync_settings, now=utc_now())
         except SyncFailed as exc:
-            print(f"error: {md['metadata'].get('name')}: {exc}", file=sys.stderr)
-            status = 1
+            print(f"error: {_name(md)}: {exc}", file=sys.stderr)
+            status = EXIT_REFUSED
             continue
         if args.objects_only:
             # Only Kubernetes objects on stdout (pipe-able into kubectl); the status to stderr.
@@ -77,14 +136,55 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
     outs = args.out or [d for d in CRD_DIRS if d.parent.is_dir()]
     if not outs:
-        print("error: no source tree here to write manifests/crds into: pass --out DIR", file=sys.stderr)
-        return 2
+        raise UsageError("no source tree here to write manifests/crds into — pass --out DIR")
     for out in outs:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, crd in all_crds().items():
-            (out / name).write_text(yaml.safe_dump(crd, sort_keys=False, width=120))
-            print(out / name)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, crd in all_crds().items():
+                (out / name).write_text(yaml.safe_dump(crd, sort_keys=False, width=120))
+                print(out / name)
+        except OSError as exc:
+            raise UsageError(f"--out {exc.filename or out}: cannot be written: {exc.strerror or exc} — pass a "
+                             "directory this user may write") from exc
     return 0
+
+
+# --- serve ------------------------------------------------------------------------------------
+
+
+def _env(field: str) -> str:
+    return f"{ENV_PREFIX}{field}".upper()
+
+
+def _default(field: str) -> Any:
+    return Settings.model_fields[field].default
+
+
+def _bind_problem(exc: OSError, host: str, port: int, flag: str, field: str) -> str:
+    """One line for a listener that cannot bind, naming the port and how to choose another."""
+    change = f"choose another with {flag} N or {_env(field)}=N"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is already in use ({flag}, {_env(field)}) — stop what listens there "
+                f"(`ss -ltnp 'sport = :{port}'` shows it), or {change}")
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges this user lacks ({flag}) — {change} (above 1023)"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return (f"--host {host!r} is not an address of this machine ({exc.strerror or exc}) — pass one it has "
+                f"(127.0.0.1, 0.0.0.0 for every interface) or set {_env('host')}")
+    return f"port {port} on {host} cannot be bound ({flag}): {exc.strerror or exc} — {change}"
+
+
+def _tls_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    if args.tls_cert is None and args.tls_key is None:
+        return {}
+    if args.tls_cert is None or args.tls_key is None:
+        missing = "--tls-key" if args.tls_key is None else "--tls-cert"
+        raise UsageError(f"{missing} is missing: --tls-cert and --tls-key are given together (a PEM certificate and "
+                         "its key), or neither (plain HTTP)")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file — pass the PEM file's path")
+    return {"tls_cert_file": args.tls_cert, "tls_key_file": args.tls_key}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -92,24 +192,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     plain HTTP for Metacontroller's hooks on --hooks-port; each serves only its own paths.
 
     Metacontroller calls hooks over in-cluster HTTP (its examples do); the API server requires
-    TLS for admission webhooks, whose certificate is reloaded when its files change.
+    TLS for admission webhooks, whose certificate is reloaded when its files change. Both sockets
+    are bound before either listener starts, so a port in use is one line and nothing runs.
     """
-    from app.web.serving import listeners, run
+    from app.web.serving import bind_socket, listeners, run
 
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = _tls_overrides(args)
     if args.world is not None:
         overrides["world_dir"] = args.world
-    if args.tls_cert:
-        overrides["tls_cert_file"] = args.tls_cert
-        overrides["tls_key_file"] = args.tls_key
-    settings = Settings(**overrides)
+    service = settings(**overrides)
+    host = service.host if args.host is None else args.host
+    port = service.port if args.port is None else args.port
+    hooks_port = service.hooks_port if args.hooks_port is None else args.hooks_port
+    if hooks_port == port and port != 0:
+        raise UsageError(f"--port and --hooks-port are both {port} — give the hooks another port, or --hooks-port 0 "
+                         "to serve hooks and webhooks on --port together (local runs only)")
     from app.main import create_app
 
-    app = create_app(settings)
-    hooks_port = settings.hooks_port if args.hooks_port is None else args.hooks_port
-    listening = listeners(app, settings, host=args.host or settings.host, port=args.port or settings.port,
-                          hooks_port=hooks_port, log_level=None, log_config=None)
-    run(listening, settings)
+    app = create_app(service)
+    try:
+        listening = listeners(app, service, host=host, port=port, hooks_port=hooks_port, log_level=None,
+                              log_config=None)
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(f"--tls-cert {service.tls_cert_file} / --tls-key {service.tls_key_file}: the pair does not load "
+                         f"({exc}) — pass a PEM certificate and the key it was issued for") from exc
+    named = [("--port", "port"), ("--hooks-port", "hooks_port")]
+    for server, (flag, field) in zip(listening.servers, named):
+        try:
+            listening.sockets.append(bind_socket(server.config.host, server.config.port))
+        except OSError as exc:
+            for sock in listening.sockets:
+                sock.close()
+            raise UsageError(_bind_problem(exc, host, server.config.port, flag, field)) from exc
+    scheme = "https" if service.tls_cert_file else "http"
+    bound = [s.getsockname()[1] for s in listening.sockets]
+    if hooks_port == 0:
+        log.info("serving webhooks and hooks on %s://%s:%d", scheme, host, bound[0])
+    else:
+        log.info("serving webhooks on %s://%s:%d, Metacontroller's hooks on http://%s:%d", scheme, host, bound[0],
+                 host, bound[1])
+    run(listening, service)
     return 0
 
 
@@ -119,48 +241,110 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return validate_offline(args.file, args.world, args.old)
 
 
-def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="modeldeployment", description=__doc__)
-    sub = root.add_subparsers(dest="command", required=True)
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The descriptions' line breaks kept (each flag's help states its default and variable)."""
 
-    serve = sub.add_parser("serve", help="run the hooks and webhooks service")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--world", type=Path, default=None, help="a directory of YAML standing in for the cluster")
-    serve.add_argument("--tls-cert", type=Path, default=None)
-    serve.add_argument("--tls-key", type=Path, default=None)
-    serve.add_argument("--hooks-port", type=int, default=None,
-                       help="serve Metacontroller's hooks (plain HTTP inside the cluster) on this port, apart from the "
-                            "webhooks on --port (default: MODELDEPLOYMENT_HOOKS_PORT, 8081; 0: both on --port)")
+
+def _serve_parser(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve", help="run the hooks and webhooks service", formatter_class=_Formatter,
+        description="Run the service: the admission webhooks on --port (TLS with --tls-cert/--tls-key, else plain "
+                    "HTTP) and Metacontroller's hooks on --hooks-port (plain HTTP). Each flag overrides its "
+                    f"environment variable ({_env('host')}, {_env('port')}, {_env('hooks_port')}, "
+                    f"{_env('tls_cert_file')}, {_env('tls_key_file')}; docs/operations.md lists every setting). "
+                    "The defaults stay off 8080, where kubectl looks for an API server when it has no kubeconfig.")
+    serve.add_argument("--host", default=None, metavar="ADDRESS",
+                       help=f"address both listeners bind (0.0.0.0: every interface) [{_env('host')}; default "
+                            f"{_default('host')}]")
+    serve.add_argument("--port", type=int, default=None,
+                       help=f"the webhooks' port (the API server calls /webhooks/*) [{_env('port')}; default "
+                            f"{_default('port')}]")
+    serve.add_argument("--hooks-port", type=int, default=None, metavar="PORT",
+                       help="Metacontroller's hooks' port (/hooks/*), apart from the webhooks; 0 serves both on --port "
+                            f"(local runs only) [{_env('hooks_port')}; default {_default('hooks_port')}]")
+    serve.add_argument("--tls-cert", type=Path, default=None, metavar="PEM",
+                       help=f"the webhooks' serving certificate, reloaded when the file changes [{_env('tls_cert_file')}; "
+                            "default: none, plain HTTP]")
+    serve.add_argument("--tls-key", type=Path, default=None, metavar="PEM",
+                       help=f"the certificate's private key [{_env('tls_key_file')}; default: none]")
+    serve.add_argument("--world", type=Path, default=None, metavar="DIR",
+                       help=f"a directory of YAML standing in for the cluster [{_env('world_dir')}; default: the API "
+                            "server]")
     serve.set_defaults(func=cmd_serve)
 
-    render = sub.add_parser("render", help="print the children and status the sync hook would return")
-    render.add_argument("-f", "--file", type=Path, required=True)
-    render.add_argument("--world", type=Path, default=DEFAULT_WORLD)
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="modeldeployment", description=__doc__, formatter_class=_Formatter)
+    sub = root.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+
+    render = sub.add_parser("render", help="print the children and status the sync hook would return",
+                            formatter_class=_Formatter,
+                            description="Check each ModelDeployment of the file as the cluster would (as `validate`), "
+                                        "then print what the sync hook returns for it. A refused deployment is not "
+                                        "rendered: its refusals are printed and the exit code is 1.")
+    render.add_argument("-f", "--file", type=Path, required=True, help="a YAML file (or directory) of deployments")
+    render.add_argument("--world", type=Path, default=DEFAULT_WORLD, metavar="DIR",
+                        help="InstanceTypes, pools and bindings as YAML (default: the example world)")
     render.add_argument("-q", "--quiet", action="store_true", help="do not print side-effect intents")
     render.add_argument("--objects-only", action="store_true",
                         help="print only the Kubernetes objects (the status goes to stderr), e.g. to pipe into kubectl")
     render.set_defaults(func=cmd_render)
 
-    validate = sub.add_parser("validate", help="check a deployment as the cluster would: apiVersion, kind and unknown "
-                              "fields (strict), then both admission webhooks (an update with --old)")
-    validate.add_argument("-f", "--file", type=Path, required=True)
-    validate.add_argument("--world", type=Path, default=DEFAULT_WORLD)
+    validate = sub.add_parser("validate", help="check a deployment as the cluster would: apiVersion, kind, unknown "
+                              "fields and the schema's types and bounds, then both admission webhooks (an update with "
+                              "--old)", formatter_class=_Formatter)
+    validate.add_argument("-f", "--file", type=Path, required=True, help="a YAML file (or directory) of deployments")
+    validate.add_argument("--world", type=Path, default=DEFAULT_WORLD, metavar="DIR",
+                          help="InstanceTypes, pools and bindings as YAML (default: the example world)")
     validate.add_argument("--old", type=Path, default=None, help="the stored object, to check an update")
     validate.set_defaults(func=cmd_validate)
 
-    crds = sub.add_parser("crds", help="write the CRDs generated from the models")
-    crds.add_argument("--out", type=Path, action="append", default=None,
+    crds = sub.add_parser("crds", help="write the CRDs generated from the models", formatter_class=_Formatter)
+    crds.add_argument("--out", type=Path, action="append", default=None, metavar="DIR",
                       help="directory to write into (repeatable); default: manifests/crds and the chart's crds/")
     crds.set_defaults(func=cmd_crds)
     return root
 
 
+def _settings_problem(exc: ValidationError) -> str:
+    """A setting from the environment that does not parse, named by its variable."""
+    shown = []
+    for error in exc.errors(include_url=False)[:3]:
+        loc = error.get("loc") or ("?",)
+        variable = _env(str(loc[0]))
+        shown.append(f"{variable}={error.get('input')!r}: {error.get('msg')}")
+    return "; ".join(shown) + " — fix or unset the variable (docs/operations.md lists every setting)"
+
+
+def settings(**overrides: Any) -> Settings:
+    """The service's settings (the environment, then `overrides`), or UsageError naming the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise UsageError(_settings_problem(exc)) from exc
+
+
 def main(argv: list[str] | None = None) -> int:
-    settings = Settings()
-    logs.configure(settings.log_json, settings.log_level)
-    args = parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    args = parser().parse_args(argv)  # a usage error: argparse prints it and exits 2
+    try:
+        configured = settings()
+        try:
+            logs.configure(configured.log_json, configured.log_level)
+        except ValueError as exc:
+            raise UsageError(f"{exc} — set it to one of them, or unset it (INFO)") from exc
+        return int(args.func(args) or 0)
+    except (UsageError, files.InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug must still not greet the user with a traceback
+        log.debug("internal error", exc_info=True)
+        print(f"error: internal error in `modeldeployment {args.command}`: {type(exc).__name__}: {exc} — this is a bug; "
+              "please report it with the command and its input files (MODELDEPLOYMENT_LOG_LEVEL=DEBUG logs the "
+              "traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -35,11 +35,15 @@ def _resource_alias(field: str) -> AliasChoices:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MODELDEPLOYMENT_", extra="ignore")
 
+    # `modeldeployment serve`'s listeners (its --host, --port and --hooks-port win over these). The
+    # local defaults keep clear of 8080, where kubectl without a kubeconfig looks for an API server;
+    # the manifests and the chart pass their own ports (8443 and 8080).
     host: str = "127.0.0.1"
-    port: int = 8080
+    # The admission webhooks (TLS with tls_cert_file and tls_key_file, else plain HTTP).
+    port: int = Field(default=8443, ge=0, le=65535)
     # Metacontroller's hooks listen here, apart from the webhooks on `port` (docs/operations.md,
     # "Security"); 0 serves hooks and webhooks on `port` together (local runs only).
-    hooks_port: int = 8081
+    hooks_port: int = Field(default=8081, ge=0, le=65535)
     max_body_bytes: int = Field(default=vocab.DEFAULT_MAX_BODY_BYTES, ge=1)
     max_body_values: int = Field(default=vocab.DEFAULT_MAX_BODY_VALUES, ge=1)
     max_pods_per_deployment: int = Field(default=vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT, ge=1)

@@ -268,12 +268,21 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
     return want is None or got == want
 
 
+def _enum_guess(value: str, allowed: list[str]) -> str | None:
+    """The allowed value meant: another case, a close spelling, or the one it is the start of (`llm-d`)."""
+    guess = near_miss(value, allowed)
+    if guess is None and value:
+        started = [a for a in allowed if a.lower().startswith(value.lower())]
+        guess = started[0] if len(started) == 1 else None
+    return guess
+
+
 def _enum_refusal(path: str, key: str, value: Any, allowed: list[Any]) -> Refusal | None:
     if value in allowed:
         return None
     names = [str(a) for a in allowed]
     shown_allowed = ", ".join(repr(a) for a in names)
-    guess = near_miss(str(value), [n for n in names if n]) if isinstance(value, str) else None
+    guess = _enum_guess(value, [n for n in names if n]) if isinstance(value, str) else None
     if guess is not None:
         case = " (the values are case-sensitive)" if guess.lower() == str(value).lower() else ""
         return Refusal(path, f"{_shown(value)} is not one of {shown_allowed}; did you mean {guess!r}?{case}",
@@ -435,7 +444,7 @@ def metadata_refusals(raw: KubeObject) -> list[Refusal]:
         for key, item in entries.items():
             if not isinstance(item, str):
                 out.append(Refusal(f"metadata.{field}.{key}", f"{_shown(item)} is "
-                                   f"{JSON_WORDS.get(_json_type(item), '?')}; {field} values are strings",
+                                   f"{JSON_WORDS.get(_json_type(item), '?')}; {field[:-1]} values are strings",
                                    f'quote it: {key}: "{_plain(item)}"'))
     return out
 
@@ -522,6 +531,12 @@ def _fixed_value(value: Any, schema: dict[str, Any]) -> Any:
         value = _shown(value)
     elif want == "boolean" and isinstance(value, str) and value.strip().lower() in ("true", "false"):
         value = value.strip().lower() == "true"
+    elif want == "array" and isinstance(value, str) and (schema.get("items") or {}).get("type") == "string":
+        value = value.split()  # `extraArgs: "-tp 2"`
+    elif want == "array" and isinstance(value, dict) and (schema.get("items") or {}).get("type") == "object":
+        value = [value]  # a list item written without its '- '
+    elif want == "object" and isinstance(value, (str, int, float)) and schema.get("required"):
+        value = {schema["required"][0]: value}  # `engine: vLLM`, `model: Qwen/...`
     if isinstance(value, str) and schema.get("enum") is not None and value not in schema["enum"]:
         folded = [e for e in schema["enum"] if str(e).lower() == value.lower()]
         value = folded[0] if folded else _MISSING

@@ -361,7 +361,8 @@ def validate_offline(file: Path, world: Path | None, old: Path | None, *, kv_cac
         print(f"error: {exc}", file=err)
         return 2
     if not deployments and not scalers:
-        print(f"error: {file} holds no ModelDeployment or ModelDeploymentScaler", file=err)
+        print(f"error: {file} holds no ModelDeployment or ModelDeploymentScaler — pass a YAML file with a document "
+              f"of apiVersion: {vocab.API_VERSION} and one of those kinds (examples/ has some)", file=err)
         return 2
     if scalers:
         from app.admission.scaler import print_scaler_verdicts

@@ -8,7 +8,7 @@
   exceed `max_values` is answered 413 too; the default leaves room above what a sync at the Pod bound
   holds (bench/bound.py measures both; bench/results.md#figures-quoted-from-the-code).
 - `Listener`: the webhook listener (TLS, the API server) serves only `/webhooks/`, the hooks
-  listener (Metacontroller) only `/hooks/`; both serve health and metrics. With the ports apart, a
+  listener (Metacontroller) only `/hooks/`; both serve health, metrics and the API description. With the ports apart, a
   NetworkPolicy can admit each port from its one caller (docs/operations.md#security).
 """
 
@@ -30,7 +30,9 @@ DENSE_CHECK_BYTES = 8 * 1024 * 1024
 
 HOOK_PATHS = ("/hooks/",)
 WEBHOOK_PATHS = ("/webhooks/",)
-SHARED_PATHS = ("/healthz", "/readyz", "/metrics")
+# Health, metrics and the API description (read-only, no side effect): on both listeners, so the
+# README's /openapi.json and /docs answer on either port.
+SHARED_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 
 async def _json_answer(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -1,9 +1,8 @@
 """The service's listeners: webhooks and hooks on separate ports by default, the certificate reloaded.
 
 - webhook listener (`--port`, TLS when a certificate is given): `/webhooks/*` for the API server;
-- hooks listener (`--hooks-port`, default 8081, plain HTTP inside the cluster): `/hooks/*` for
-  Metacontroller;
-- both: `/healthz`, `/readyz`, `/metrics`.
+- hooks listener (`--hooks-port`, plain HTTP inside the cluster): `/hooks/*` for Metacontroller;
+- both: `/healthz`, `/readyz`, `/metrics` and the API description (`/openapi.json`, `/docs`).
 
 Apart, each port can be admitted from its one caller by a NetworkPolicy
 (manifests/operator/networkpolicy.yaml). `--hooks-port 0` serves everything on `--port` (local
@@ -13,7 +12,8 @@ runs only). One process, one app and one lifespan (the webhook listener runs it)
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import uvicorn
@@ -27,6 +27,9 @@ from app.web.tls import CertificateReloader
 class Listeners:
     servers: list[uvicorn.Server]
     reloader: CertificateReloader | None
+    # One bound socket per server (bind_socket), when the caller binds them before serving: a port
+    # in use then fails before any listener has started. Empty: each server binds its own.
+    sockets: list[socket.socket] = field(default_factory=list)
 
     def stop(self) -> None:
         for server in self.servers:
@@ -56,6 +59,18 @@ def listeners(app: Any, settings: Settings, *, host: str, port: int, hooks_port:
     return Listeners([uvicorn.Server(c) for c in configs], reloader)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket as uvicorn binds one (SO_REUSEADDR), or the OSError of the bind."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop when it is installed (a dependency on Linux), else asyncio's own.
 
@@ -80,7 +95,11 @@ async def serve(listening: Listeners, settings: Settings) -> None:
     if listening.reloader is not None and settings.tls_reload_seconds > 0:
         watcher = asyncio.create_task(listening.reloader.watch(settings.tls_reload_seconds))
     try:
-        await asyncio.gather(*(server.serve() for server in listening.servers))
+        if listening.sockets:
+            await asyncio.gather(*(server.serve(sockets=[sock])
+                                   for server, sock in zip(listening.servers, listening.sockets, strict=True)))
+        else:
+            await asyncio.gather(*(server.serve() for server in listening.servers))
     finally:
         if watcher is not None:
             watcher.cancel()
