@@ -428,3 +428,24 @@ def test_validate_reports_a_scaler_that_does_not_match_the_schema(tmp_path):
     broken = scaler_object(0)
     code, text = _validate(tmp_path, broken)
     assert code == 1 and "spec.replicas" in text
+
+
+def test_the_autoscaling_examples_target_the_example_scaler_within_its_bounds():
+    import kubernetes_validate
+
+    from app.world import load_yaml_objects
+    from tests.conftest import EXAMPLES
+
+    folder = EXAMPLES / "autoscaling"
+    (example_scaler,) = load_yaml_objects(folder / "pd-scaler.yaml")
+    parsed = ModelDeploymentScaler.model_validate(example_scaler)
+    (hpa,) = load_yaml_objects(folder / "hpa.yaml")
+    (keda,) = load_yaml_objects(folder / "keda-scaledobject.yaml")
+    kubernetes_validate.validate(hpa, "1.33.0", strict=True)
+    for target in (hpa["spec"]["scaleTargetRef"], keda["spec"]["scaleTargetRef"]):
+        assert target == {"apiVersion": vocab.API_VERSION, "kind": vocab.KIND_MODEL_DEPLOYMENT_SCALER,
+                          "name": parsed.metadata.name}
+    most = max(r.ratio for r in parsed.spec.roles) * max(hpa["spec"]["maxReplicas"], keda["spec"]["maxReplicaCount"])
+    assert most <= vocab.MAX_ROLE_REPLICAS and keda["spec"]["minReplicaCount"] >= 1
+    query = keda["spec"]["triggers"][0]["metadata"]["query"]
+    assert query.startswith("sum(vllm:num_requests_waiting{")
