@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from app.api.hooks import sync_response
 from app.api.scaler import BadScalerRequest, check_scaler_request
+from app.control import observed as obs
 from app.control import scaler as plan
 from app.kube.executor import ParentMismatch, ParentRef, utc_now
 from app import vocab
@@ -70,7 +71,7 @@ async def _sync(request: Request) -> Response:
     write = plan.write_of(result)
     log.info("scaler sync %s/%s: %s, %s", meta.namespace, meta.name,
              f"wrote {dict(write.replicas)}" if write and refusal is None else "no write",
-             next((c["reason"] for c in result.status["conditions"] if c["type"] == vocab.COND_SCALER_ACTIVE), ""))
+             (obs.status_condition(result.status, vocab.COND_SCALER_ACTIVE) or {}).get("reason", ""))
     return _json(sync_response(result.status, [], result.resync_after))
 
 
