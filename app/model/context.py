@@ -41,7 +41,7 @@ class ContainerResources:
 
 
 # Each router container (llm-d's Envoy and Endpoint Picker, vllm-router, sglang-gateway): enough for
-# a proxy and a scorer at moderate load, burstable to two cores (docs/operations.md, "Settings").
+# a proxy and a scorer at moderate load, burstable to two cores (docs/operations.md#settings-environment-of-the-service).
 DEFAULT_ROUTER_RESOURCES = ContainerResources(cpu_request="500m", memory_request="512Mi", cpu_limit="2",
                                               memory_limit="2Gi")
 # The routing sidecar in each routed vLLM decoder Pod (part of that Pod's quota).

@@ -293,7 +293,7 @@ def test_rust_router_serves_metrics_on_its_own_port(engine_name, router, port):
     assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
 
 
-# --- resources of the router containers (docs/operations.md, "Settings") ---------------------
+# --- resources of the router containers (docs/operations.md#settings-environment-of-the-service) ---
 
 DEFAULT_ROUTER_KUBE = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
 SMALL = ContainerResources(cpu_request="100m", memory_request="128Mi", cpu_limit="1", memory_limit="256Mi")
