@@ -527,3 +527,75 @@ def test_an_api_server_restart_mid_pass_loses_the_answer_and_the_next_passes_fin
     assert sim.role_status("pd-demo", "decode")["ready"] == 3
     assert uids <= {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
     assert not sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
+
+
+# --- the scaler (docs/autoscaling.md): its write played into the deployment --------------------------
+
+
+def scaler_step(sim: Sim, name: str, units: int, ratios: dict[str, int]) -> None:
+    """What a ModelDeploymentScaler's pass writes, applied as the server-side apply would: the
+    scaler's planner decides from the stored deployment; only the listed roles' replicas change."""
+    from app.api.scaler import ModelDeploymentScaler
+    from app.control import scaler as scaling
+    from app.control.intents import ApplyRoleReplicas
+
+    scaler = ModelDeploymentScaler.model_validate({
+        "metadata": {"name": name, "namespace": sim.namespace, "uid": "mds-uid", "generation": 1},
+        "spec": {"deploymentRef": {"name": name}, "roles": [{"name": r, "ratio": k} for r, k in ratios.items()],
+                 "replicas": units}})
+    result = scaling.plan(scaler, copy.deepcopy(sim.parents[name]), scaling.ScalerSettings(), now=sim.now())
+    (write,) = [i for i in result.intents if isinstance(i, ApplyRoleReplicas)]
+
+    def mutate(spec: dict[str, Any]) -> None:
+        for role, replicas in write.replicas:
+            next(r for r in spec["roles"] if r["name"] == role)["replicas"] = replicas
+
+    sim.edit(name, mutate)
+
+
+def test_a_scale_step_during_a_rollout_keeps_the_rollouts_gates() -> None:
+    """A P/D pair mid-rollout grows by a unit: the new ordinals start on the new render, the old ones
+    keep turning over one per role at a time, under Metacontroller's lagging views."""
+    sim = Sim(capacity={H20: 16})
+    sim.apply(pd(replicas=2))
+    running(sim, "pd-demo")
+    sim.lagging = True
+    sim.catch_up()
+    set_image(sim, "pd-demo", "example.com/vllm:v2")
+    lowest = {"prefill": 2, "decode": 2}
+    for second in range(40):
+        if second == 3:
+            scaler_step(sim, "pd-demo", 3, {"prefill": 1, "decode": 1})
+        for call in range(10):
+            sim.catch_up(sim.lagging_pod_names()[call % 2::2])
+            sim.sync("pd-demo")
+            sim.kueue()
+            for role in lowest:
+                lowest[role] = min(lowest[role], ready_replicas(sim, "pd-demo", role, 2))
+        sim.kubelet()
+        sim.check_global()
+        sim.advance(1)
+    assert min(lowest.values()) >= 1, f"more than one Ready replica of a role lost at once: {lowest}"
+    sim.lagging = False
+    sim.settle(rounds=120)
+    assert {p["spec"]["containers"][0]["image"] for p in sim.pods_of("pd-demo")} == {"example.com/vllm:v2"}
+    assert [r["ready"] for r in sim.status("pd-demo")["roles"]] == [3, 3]
+    assert sim.status("pd-demo")["phase"] == vocab.PHASE_READY
+
+
+def test_a_scale_step_the_pool_cannot_fit_queues_every_new_replica_and_keeps_the_survivors() -> None:
+    # 2 + 2 replicas of 2 cards hold 8 of 12 cards; a step to 4 units needs 8 more: none may run.
+    sim = Sim(capacity={H20: 12}, release_after=600)
+    sim.apply(pd(replicas=2))
+    running(sim, "pd-demo")
+    survivors = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+    scaler_step(sim, "pd-demo", 4, {"prefill": 1, "decode": 1})
+    for _ in range(30):
+        sim.step(10)
+        new = [p for p in sim.pods_of("pd-demo") if p["metadata"]["uid"] not in survivors]
+        assert new and all(gated(p) for p in new), "a new replica of the step was admitted"
+        assert survivors <= {p["metadata"]["uid"] for p in sim.pods_of("pd-demo") if not deleting(p)}
+    scaler_step(sim, "pd-demo", 2, {"prefill": 1, "decode": 1})
+    sim.settle(rounds=80)
+    assert {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")} == survivors
+    assert sim.status("pd-demo")["phase"] == vocab.PHASE_READY
