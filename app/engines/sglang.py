@@ -44,6 +44,27 @@ def transfer_backend(ctx: DeploymentContext) -> str:
     return "mooncake_tcp" if ctx.transfer_protocol == "tcp" else "mooncake"
 
 
+def disaggregated_decoder(ctx: DeploymentContext, role: Role) -> bool:
+    """The role runs as SGLang's decode server (`--disaggregation-mode decode`): a routed pair's Decode."""
+    return transfer_leg_rendered(ctx, role) and role.kind == vocab.ROLE_KIND_DECODE
+
+
+def store_arguments(ctx: DeploymentContext, role: Role) -> list[str]:
+    """What makes SGLang 0.5.23 create the Mooncake store (docs/engines.md#sglang-and-the-store).
+
+    A decode server disables its radix cache, so it cannot run the hierarchical cache; its store is
+    the decode offload manager's, which exists only with --disaggregation-decode-enable-offload-kvcache.
+    The cpu_tensor retraction backup keeps a second host pool from being built beside the offload's
+    (SGLang refuses host_pool with the offload). Every other role (a Server, a prefiller, a Prefill
+    or Decode role not behind a router, which SGLang serves aggregated) runs the hierarchical cache.
+    """
+    if disaggregated_decoder(ctx, role):
+        return ["--disaggregation-decode-enable-offload-kvcache",
+                "--disaggregation-decode-retraction-backup", "cpu_tensor",
+                "--hicache-storage-backend", "mooncake"]
+    return ["--enable-hierarchical-cache", "--hicache-storage-backend", "mooncake"]
+
+
 def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
     out = EngineRender()
     load, model_args = model_arguments(ctx, out)
@@ -53,11 +74,7 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
         argv += ["--port", str(listen_port)]
     argv += model_args
     if cache_rendered(ctx, role):
-        if role.kind == vocab.ROLE_KIND_DECODE:
-            argv += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
-        else:
-            argv += ["--enable-hierarchical-cache"]
-        argv += ["--hicache-storage-backend", "mooncake"]
+        argv += store_arguments(ctx, role)
         out.env.extend(store_env(ctx))
         out.defaulted_env[vocab.ENV_MC_TE_METRIC] = "1"
         out.defaulted_env[vocab.ENV_MC_STORE_CLIENT_METRIC_BANDWIDTH] = "1"

@@ -83,11 +83,10 @@ def test_sglang_renders_the_store_by_environment_only(kind, other):
         vocab.ENV_MC_TE_METRIC: "1",
         vocab.ENV_MC_STORE_CLIENT_METRIC_BANDWIDTH: "1",
     }
-    if kind == "Decode":
-        assert argv[argv.index("--disaggregation-decode-retraction-backup") + 1] == "cpu_tensor"
-        assert "--enable-hierarchical-cache" not in argv
-    else:
-        assert "--enable-hierarchical-cache" in argv
+    # Not behind a router SGLang serves every kind aggregated, on the hierarchical cache (a routed
+    # decoder's store is the decode offload's: tests/unit/test_sglang_store.py).
+    assert "--enable-hierarchical-cache" in argv
+    assert "--disaggregation-decode-enable-offload-kvcache" not in argv
     assert argv[argv.index("--hicache-storage-backend") + 1] == "mooncake"
     assert "--hicache-storage-backend-extra-config" not in argv
     assert vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH not in env
