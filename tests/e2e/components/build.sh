@@ -250,16 +250,40 @@ if want metacontroller; then
 fi
 
 # ---- helm ---------------------------------------------------------------------
-# `helm template` renders charts/modeldeployment for tests/e2e/test_install.py.
+# `helm template` renders charts/modeldeployment for tests/e2e/test_install.py and the commands of
+# docs/operations.md ("With Helm"). Without a cluster, `helm template` and `helm lint` check a chart's
+# kubeVersion against the Kubernetes version compiled into helm, which a plain `go install` leaves at
+# v1.20.0 (helm.sh/helm/v3/pkg/chartutil's k8sVersionMajor/Minor defaults), refusing our
+# `kubeVersion: >=1.29.0-0`. A release binary gets it from helm's Makefile: major 1, minor the minor
+# of the k8s.io/client-go its go.mod requires. The same ldflags here; the version is part of the
+# cache directory's name, so a helm cached without it is rebuilt.
+HELM_KUBE_VERSION=v1.37.0       # helm v3.22.0's go.mod: k8s.io/client-go v0.37.0 (checked below)
+helm_ldflags() {
+  local major minor f="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  major="${HELM_KUBE_VERSION#v}"; major="${major%%.*}"
+  minor="${HELM_KUBE_VERSION#v*.}"; minor="${minor%%.*}"
+  f+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    f+=" -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
+  done
+  echo "$f"
+}
 if want helm; then
-  dir="$COMP/helm-$HELM_VERSION"
+  dir="$COMP/helm-$HELM_VERSION-kube$HELM_KUBE_VERSION"
   if cached "$dir" helm; then
     link_bin "$dir" helm; record helm "$HELM_VERSION" 0 cached
   else
     t0=$(date +%s)
-    go_install helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-      "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    need_go helm
+    src="$(moddir helm.sh/helm/v3 "$HELM_VERSION")"
+    client_go="$(sed -n 's/^[[:space:]]*k8s\.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$src/go.mod" | head -1)"
+    if [ "v1.$client_go.0" != "$HELM_KUBE_VERSION" ]; then
+      echo "build.sh: helm $HELM_VERSION requires k8s.io/client-go v0.$client_go (so its release build" \
+           "assumes Kubernetes v1.$client_go.0); set HELM_KUBE_VERSION=v1.$client_go.0" >&2
+      exit 1
+    fi
+    go_install helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$(helm_ldflags)"
+    rm -rf "$dir"; mv "$COMP/helm-$HELM_VERSION.tmp" "$dir"   # go_install's directory
     link_bin "$dir" helm
     record helm "$HELM_VERSION" $(( $(date +%s) - t0 )) built
   fi
