@@ -7,7 +7,7 @@ answer. Nothing here performs I/O or reads a clock: `now` is passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from app import vocab
 from app.api.hooks import HookRequest
@@ -19,8 +19,9 @@ from app.control import bounds
 from app.control.bounds import too_many_pods
 from app.control.intents import DeleteWorkload, Intent, RecordEvent
 from app.control.rollout import Action, RolePlan, plan_role
+from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
-from app.render import names
+from app.render import names, tenant
 from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
 from app.render.router import needs_instance_services, render_router
 from app.world import World
@@ -97,12 +98,34 @@ def _skew_event(ctx: DeploymentContext, group: list[RoleRender]) -> RecordEvent:
                        reason=vocab.EVENT_RUNTIME_VERSION_SKEW, type=vocab.EVENT_TYPE_WARNING, message=message)
 
 
+def admitted_tenant_env(engine: str, env_names: Iterable[str]) -> list[str]:
+    """The tenant-bearing variables among `env_names` that the webhook admits on `engine`: the render
+    drops them (app.render.tenant) though the engine does not own them (app.engines.owned), e.g.
+    MOONCAKE_TENANT_ID on vLLM, MOONCAKE_CONFIG_PATH on SGLang (docs/operations.md, "Security")."""
+    bearing = tenant.TENANT_ENV.get(engine, frozenset())
+    owned = owned_env_names(engine)
+    return [name for name in env_names if name in bearing and name not in owned]
+
+
 def _tenant_key_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent:
-    """A stored role carried tenant-bearing keys of its own: the operator's values were rendered."""
+    """A stored role carried tenant-bearing keys of its own: the operator's values were rendered.
+    The message says, per key, what the webhook does with it: it refuses every owned key (and every
+    mount at the client configuration) on the deployment's next update, but admits a variable the
+    engine does not own, which the render then drops on every sync."""
+    engine = ctx.md.spec.engine.name
+    admitted = set(admitted_tenant_env(engine, (e.name for e in render.role.env)))
+    let_in = [k for k in render.tenant_keys_ignored if k.startswith("env[") and k.rsplit(" ", 1)[-1] in admitted]
+    refused = [k for k in render.tenant_keys_ignored if k not in let_in]
+    fates = []
+    if refused:
+        fates.append(f"the webhook refuses {'; '.join(refused)} on the deployment's next update, whatever it changes")
+    if let_in:
+        fates.append(f"the webhook admits {'; '.join(let_in)} (not an operator-owned variable on {engine}), so the "
+                     "operator drops it from every render for as long as the role carries it")
     keys = "; ".join(render.tenant_keys_ignored)
     message = (f"roles[{render.role.name}]: ignored {keys}: the KV cache tenant and its client configuration are "
                "the operator's (from the KVCachePoolBinding), so the operator's values were rendered — remove "
-               "these from the role (the webhook refuses them on the next update)")
+               f"these from the role ({'; '.join(fates)})")
     return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
                        name=names.event(ctx.name, vocab.EVENT_TENANT_KEY_IGNORED, message),
                        reason=vocab.EVENT_TENANT_KEY_IGNORED, type=vocab.EVENT_TYPE_WARNING, message=message)
