@@ -7,6 +7,7 @@ treats as "leave everything as it is and retry".
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import time
@@ -90,7 +91,7 @@ def api_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, (httpx2.TransportError, TimeoutError, OSError))
 
 
-def _unavailable(hook: str, exc: BaseException) -> Response:
+def unavailable_answer(hook: str, exc: BaseException) -> Response:
     """503 + Retry-After: the side effects stopped where the API server went away; the answer is
     not given, so Metacontroller leaves children and status as they are and calls again."""
     HOOK_ERRORS.labels(hook, "api_unavailable").inc()
@@ -101,8 +102,18 @@ def _unavailable(hook: str, exc: BaseException) -> Response:
 
 def _errors(exc: ValidationError) -> str:
     """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
-    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+    return "; ".join(f"{_loc(e.get('loc', ()))}: {e.get('msg')}"
                      for e in exc.errors(include_url=False, include_input=False)[:3])
+
+
+# The union-branch tags pydantic appends to a location (`accelerator.int`): not field names.
+_BRANCH_TAGS = {"int", "str", "float", "bool", "list", "dict", "none", "literal"}
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a field path: `spec.roles[0].replicas`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc
+                   if isinstance(p, int) or (p not in _BRANCH_TAGS and "[" not in str(p))).lstrip(".")
 
 
 class _BadRequest(Exception):
@@ -159,6 +170,7 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, li
     parent = _parent_ref(hook_request.parent)
     if hook == "finalize":
         hook_request.finalizing = True
+        parent = dataclasses.replace(parent, finalizing=True)
     now = utc_now()
     try:
         result = reconcile(hook_request, settings, now=now)
@@ -203,14 +215,14 @@ async def _reconcile(request: Request, hook: str) -> Response:
         except Exception as exc:  # noqa: BLE001 - only the API server's absence is answered here
             if not api_unavailable(exc):
                 raise
-            return _unavailable(hook, exc)
+            return unavailable_answer(hook, exc)
         retry = RETRY_SOON_SECONDS if failure.resolves_later else RETRY_LATER_SECONDS
         log.warning("render failed: %s", failure)
         # 429 + Retry-After: Metacontroller requeues without touching children or status.
         return _error(429, f"render failed: {failure}", {"Retry-After": str(retry)})
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
         if api_unavailable(exc):
-            return _unavailable(hook, exc)
+            return unavailable_answer(hook, exc)
         HOOK_ERRORS.labels(hook, "internal").inc()
         log.exception("%s hook failed", hook)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")

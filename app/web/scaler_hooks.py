@@ -22,6 +22,7 @@ from app.control import observed as obs
 from app.control import scaler as plan
 from app.kube.executor import ParentMismatch, ParentRef, utc_now
 from app import vocab
+from app.web.hooks import api_unavailable, unavailable_answer
 from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
 from app.web.state import ServiceState
 
@@ -95,6 +96,8 @@ async def sync(request: Request) -> Response:
         log.warning("scaler sync: %s", exc)
         return _json({"error": str(exc)}, exc.status_code)
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
+        if api_unavailable(exc):
+            return unavailable_answer("scaler-sync", exc)
         HOOK_ERRORS.labels("scaler-sync", "internal").inc()
         log.exception("scaler sync hook failed")
         return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)

@@ -125,3 +125,19 @@ def test_api_unavailable_is_the_api_servers_absence_only():
     assert api_unavailable(httpx2.ConnectError("refused")) and api_unavailable(TimeoutError())
     assert api_unavailable(api_error(503)) and api_unavailable(api_error(429))
     assert not api_unavailable(api_error(422)) and not api_unavailable(RuntimeError("a bug"))
+
+
+def test_the_scaler_sync_answers_503_too_when_the_api_server_is_gone(client, monkeypatch):
+    """The same soak finding on the scaler's hook: its write timed out during the API server restart."""
+    import httpx2
+
+    import app.web.scaler_hooks as scaler_hooks
+
+    async def api_server_gone(request):
+        raise httpx2.ConnectError("connection refused")
+
+    monkeypatch.setattr(scaler_hooks, "_sync", api_server_gone)
+    response = client.post("/hooks/scaler/sync", json={})
+    assert response.status_code == 503 and response.headers["retry-after"] == "5"
+    metrics = client.get("/metrics").text
+    assert 'modeldeployment_hook_errors_total{hook="scaler-sync",kind="api_unavailable"}' in metrics
