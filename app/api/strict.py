@@ -10,11 +10,12 @@ request as decoded (unknown fields stay).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Optional, TypedDict
 
 import msgspec
 
-from app import vocab
+from app import quantity, vocab
 
 REMEDY = "send a Metacontroller v2 hook request for a stored ModelDeployment (docs/metacontroller.md#trust)"
 
@@ -140,6 +141,105 @@ def declared_child_maps(body: dict[str, Any]) -> None:
                                  f"empty when there are no such children — {REMEDY}")
 
 
+# --- values the planner parses beyond the models ------------------------------------------------
+# The parent's spec is read through the ModelDeployment model (a value of the wrong type answers
+# 422 naming it), the related objects through theirs (a malformed one reads as absent and the
+# render names it: docs/architecture.md#flow-of-one-sync). What neither model checks is checked
+# here, along the generated CRD schema so that a new field is covered: a quantity must parse (the
+# CRD's pattern: the API server stores no other), and no integer may exceed the 64 bits Kubernetes
+# stores one in (the answer could not carry it back).
+
+
+@lru_cache(maxsize=1)
+def _quantity_paths() -> tuple[tuple[str, ...], ...]:
+    """Every int-or-string (quantity) field of the ModelDeployment spec, `*` for a list's items."""
+    from app.api.crd import model_deployment_crd
+
+    spec = model_deployment_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    found: list[tuple[str, ...]] = []
+
+    def walk(schema: dict[str, Any], path: tuple[str, ...]) -> None:
+        if schema.get("x-kubernetes-int-or-string"):
+            found.append(path)
+        for key, item in (schema.get("properties") or {}).items():
+            walk(item, (*path, key))
+        if isinstance(schema.get("items"), dict):
+            walk(schema["items"], (*path, "*"))
+
+    walk(spec, ())
+    return tuple(found)
+
+
+def _values_at(value: Any, path: tuple[str, ...], where: str) -> list[tuple[str, Any]]:
+    """The (path, value) pairs a schema path reaches in a JSON value (`*` takes every list item)."""
+    if not path:
+        return [(where, value)]
+    head, rest = path[0], path[1:]
+    if head == "*":
+        if not isinstance(value, list):
+            return []
+        return [pair for index, item in enumerate(value) for pair in _values_at(item, rest, f"{where}[{index}]")]
+    if not isinstance(value, dict) or head not in value:
+        return []
+    return _values_at(value[head], rest, f"{where}.{head}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parent_quantities(body: dict[str, Any]) -> None:
+    """Every quantity of the parent's spec (roles[].resources.accelerator, .interface …) parses."""
+    spec = body["parent"].get("spec")
+    for path in _quantity_paths():
+        for where, value in _values_at(spec, path, "$.parent.spec"):
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, str)):
+                continue  # another type: the model refuses it (422 naming the field)
+            try:
+                amount = quantity.parse(value)
+            except quantity.QuantityError as exc:
+                form = "" if "larger than" in str(exc) else " (a number with an optional suffix, as in 2, 500m or 16Gi)"
+                raise BadHookRequest(f"{where}: {exc}{form}; the API server stores no other value here — {REMEDY}") \
+                    from exc
+            if abs(amount) > quantity.LIMIT:
+                raise BadHookRequest(f"{where}: {_shown(value)} is larger than a Kubernetes quantity can hold — {REMEDY}")
+
+
+def out_of_range(value: Any, where: str) -> tuple[str, int] | None:
+    """The path and value of the first integer in `value` (a JSON tree) beyond int64, or None."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((item, f"{path}.{key}") for key, item in node.items()
+                         if isinstance(item, (dict, list, int)))
+        elif isinstance(node, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node)
+                         if isinstance(item, (dict, list, int)))
+        elif isinstance(node, int) and not -vocab.MAX_INT64 - 1 <= node <= vocab.MAX_INT64:
+            return path, node
+    return None
+
+
+def integers_in_range(value: Any, where: str) -> None:
+    """No integer in `value` beyond int64, the range the API server stores (else BadHookRequest)."""
+    found = out_of_range(value, where)
+    if found is not None:
+        raise BadHookRequest(f"{found[0]}: {_shown(found[1])} is beyond the 64-bit integers Kubernetes stores, so no "
+                             f"stored object holds it — {REMEDY}")
+
+
+def _related_integers(body: dict[str, Any]) -> None:
+    """The related objects read through models (InstanceTypes, the cache chain, artifacts): Kueue
+    Workloads, one per replica, are read raw for a few strings, so their numbers are not walked."""
+    for group, by_name in (body.get("related") or {}).items():
+        if group.startswith(f"{vocab.KIND_WORKLOAD}."):
+            continue
+        for key, obj in (by_name or {}).items():
+            integers_in_range(obj, f"$.related[{group!r}][{key!r}]")
+
+
 def check_sync_request(body: Any) -> None:
     """A sync or finalize request's shape, or BadHookRequest naming the first problem."""
     if not isinstance(body, dict):
@@ -147,6 +247,9 @@ def check_sync_request(body: Any) -> None:
     parent_identity(body)
     declared_child_maps(body)
     _types(body, _SyncRequest)
+    integers_in_range(body["parent"].get("spec"), "$.parent.spec")
+    parent_quantities(body)
+    _related_integers(body)
 
 
 def check_customize_request(body: Any) -> None:
@@ -154,3 +257,5 @@ def check_customize_request(body: Any) -> None:
         raise BadHookRequest(f"$: a hook request is a JSON object — {REMEDY}")
     parent_identity(body)
     _types(body, _CustomizeRequest)
+    integers_in_range(body["parent"].get("spec"), "$.parent.spec")
+    parent_quantities(body)

@@ -30,14 +30,32 @@ class AcceleratorMode:
     cards: int = 0
 
 
+def _whole(value: int | str, field: str, what: str) -> int:
+    """A whole, non-negative count from a quantity of the role, or ResourceError naming the field
+    (the webhook and the hooks' request check refuse such values first; this keeps the render total)."""
+    try:
+        count = quantity.whole(value)
+    except quantity.QuantityError as exc:
+        raise ResourceError(f"{field}: {exc} — request a whole number of {what} (0, 1, 2…)") from exc
+    if count is None or count < 0:
+        raise ResourceError(f"{field}: {value!r} is not a whole number of {what} — request 0, 1, 2…")
+    return count
+
+
+def _type_quantity(instance_type: InstanceType, field: str, value: int | str) -> Decimal:
+    """A quantity the InstanceType publishes, or ResourceError naming the type and the field."""
+    try:
+        return quantity.parse(value)
+    except quantity.QuantityError as exc:
+        raise ResourceError(f"InstanceType {instance_type.metadata.name!r} {field}: {exc}, so the Pod's resources "
+                            "cannot be computed — an administrator must correct the InstanceType") from exc
+
+
 def accelerator_count(resources: RoleResources, instance_type: InstanceType) -> int:
     """Cards per Pod; an unset count is 1 on an acceleratable type (the webhook's default)."""
     if resources.accelerator is None:
         return 1 if instance_type.spec.acceleratable else 0
-    count = quantity.whole(resources.accelerator)
-    if count is None or count < 0:
-        raise ResourceError(f"resources.accelerator {resources.accelerator!r} is not a whole number of cards")
-    return count
+    return _whole(resources.accelerator, "accelerator", "cards")
 
 
 def mode_of(resources: RoleResources, instance_type: InstanceType) -> AcceleratorMode:
@@ -68,15 +86,15 @@ def _partition_share(name: str, instance_type: InstanceType) -> Decimal:
     type's status has not converged, so the render waits (a retryable failure) rather than guess."""
     detail = instance_type.status.detail
     profile = next((p for p in detail.sliced_detail.physical.profiles if p.name == name), None)
-    try:
-        card_mib = quantity.parse(detail.memory) / 2**20 if detail.memory is not None else Decimal(0)
-    except quantity.QuantityError:
-        card_mib = Decimal(0)
+    card_mib = (_type_quantity(instance_type, "status.detail.memory", detail.memory) / 2**20
+                if detail.memory is not None else Decimal(0))
     missing = []
-    if profile is None or not profile.memory_mib:
-        missing.append(f"the memory of partition profile {name!r} (status.detail.slicedDetail.physical.profiles)")
+    if profile is None or profile.memory_mib is None or profile.memory_mib <= 0:
+        missing.append(f"the memory of partition profile {name!r} (status.detail.slicedDetail.physical.profiles"
+                       + (f", {profile.memory_mib} MiB" if profile is not None and profile.memory_mib else "") + ")")
     if card_mib <= 0:
-        missing.append("the memory of one card (status.detail.memory)")
+        missing.append("the memory of one card (status.detail.memory"
+                       + (f", {detail.memory!r}" if detail.memory is not None else "") + ")")
     if missing:
         raise ResourceError(
             f"InstanceType {instance_type.metadata.name!r} has not published {' and '.join(missing)}, which sizes "
@@ -106,8 +124,8 @@ def interface_requests(resources: RoleResources, protocols: frozenset[str]) -> d
     """Fabric devices for `resources.interface`, following the transports the role renders."""
     if resources.interface is None:
         return {}
-    count = quantity.whole(resources.interface)
-    if not count or count <= 0:
+    count = _whole(resources.interface, "interface", "fabric interfaces")
+    if count == 0:
         return {}
     if "efa" in protocols:
         return {vocab.RESOURCE_EFA: str(count)}
@@ -123,12 +141,12 @@ def pod_resources(resources: RoleResources, instance_type: InstanceType, protoco
     units = instance_type.spec.unit_resources
     out: dict[str, str] = {}
     if units.cpu is not None:
-        out["cpu"] = quantity.cpu(quantity.parse(units.cpu) * share)
+        out["cpu"] = quantity.cpu(_type_quantity(instance_type, "spec.unitResources.cpu", units.cpu) * share)
     if units.ram is not None:
-        out["memory"] = quantity.memory(quantity.parse(units.ram) * share)
+        out["memory"] = quantity.memory(_type_quantity(instance_type, "spec.unitResources.ram", units.ram) * share)
     storage = Decimal(vocab.EPHEMERAL_STORAGE_BYTES)
     if instance_type.spec.local_storage is not None:
-        storage = min(storage, quantity.parse(instance_type.spec.local_storage))
+        storage = min(storage, _type_quantity(instance_type, "spec.localStorage", instance_type.spec.local_storage))
     out["ephemeral-storage"] = quantity.memory(storage)
     out.update(accelerator_requests(resources, instance_type))
     out.update(interface_requests(resources, protocols))
