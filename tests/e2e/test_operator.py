@@ -121,9 +121,20 @@ class ReadyWatch:
 
 
 def rolled_to(op: Operator, name: str, image: str, replicas: int) -> bool:
-    current = serving(op, name)
-    return len(current) == replicas and all(p["spec"]["containers"][0]["image"] == image for p in current) \
-        and len(op.pods(name)) == replicas
+    """One read of the Pods: exactly `replicas` of them, each serving `image`."""
+    pods = op.pods(name)
+    return len(pods) == replicas and all(pod_ready(p) and p["spec"]["containers"][0]["image"] == image for p in pods)
+
+
+def md_when(op: Operator, name: str, what: str, predicate: Callable[[dict[str, Any]], bool],
+            timeout: float = 120.0, interval: float = 1.0) -> dict[str, Any]:
+    """Waits until one read of the deployment satisfies `predicate` and returns that read, so what a
+    test asserts next comes from the same object the wait saw (its status moves between reads)."""
+    return op.wait(what, lambda: (lambda md: md if predicate(md) else None)(op.md(name)), timeout, interval)
+
+
+def ready(md: dict[str, Any]) -> bool:
+    return md.get("status", {}).get("phase") == "Ready"
 
 
 # --- admission ---------------------------------------------------------------------------------
@@ -136,11 +147,23 @@ def test_every_example_is_accepted_and_listed(op: Operator):
     apply(op, small("listed", replicas=1))
     try:
         op.wait("status written", lambda: op.md("listed").get("status", {}).get("phase"), 60)
-        listed = op.kubectl("get", "md", "-n", NAMESPACE).stdout
-        header, row = listed.splitlines()[:2]
-        assert header.split() == ["NAME", "ENGINE", "ROLES", "PHASE", "ENDPOINT", "AGE"]
-        assert row.split()[:3] == ["listed", "vLLM", op.md("listed")["status"]["roleSummary"]]
-        assert "http://listed-server.team-a.svc:8000" in row
+        # The columns `kubectl get md` prints are the server's Table for the CRD's printer columns;
+        # one read returns them with the object they were computed from (the status moves while the
+        # replica starts, so a second read could disagree with the first).
+        with op.cp.http_client(timeout=10) as http:
+            table = http.get(f"/apis/worker.gpustack.ai/v1/namespaces/{NAMESPACE}/modeldeployments/listed",
+                             params={"includeObject": "Object"},
+                             headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}).json()
+        columns = [c["name"].upper() for c in table["columnDefinitions"] if c["priority"] == 0]
+        assert columns == ["NAME", "ENGINE", "ROLES", "PHASE", "ENDPOINT", "AGE"]
+        row = dict(zip([c["name"].upper() for c in table["columnDefinitions"]], table["rows"][0]["cells"]))
+        status = table["rows"][0]["object"]["status"]
+        assert (row["NAME"], row["ENGINE"], row["ROLES"], row["PHASE"]) == \
+            ("listed", "vLLM", status["roleSummary"], status["phase"])
+        assert row["ENDPOINT"] == status["endpoint"] == "http://listed-server.team-a.svc:8000"
+        # kubectl prints that Table (its header and the columns that do not move).
+        header, line = op.kubectl("get", "md", "listed", "-n", NAMESPACE).stdout.splitlines()[:2]
+        assert header.split() == columns and line.split()[:2] == ["listed", "vLLM"]
     finally:
         delete(op, "listed")
 
@@ -189,17 +212,16 @@ def test_lifecycle_scale_roll_replace_and_delete(op: Operator):
     assert labels["app.kubernetes.io/component"] == "server"
     assert labels["kueue.x-k8s.io/queue-name"] == "gpustack-nvidia-a10g-linux-amd64"
     assert labels["kueue.x-k8s.io/pod-group-name"].startswith("gpustack-fnv64-")
-    op.wait("both replicas serving", lambda: len(serving(op, "life")) == 2, 180)
-    op.wait("phase Ready", lambda: phase(op, "life") == "Ready", 60)
-    status = op.md("life")["status"]
+    first = op.wait("both replicas serving", lambda: (lambda s: s if len(s) == 2 else None)(serving(op, "life")), 180)
+    status = md_when(op, "life", "phase Ready", ready, 60)["status"]
     assert status["roleSummary"] == "2S" and status["endpoint"] == "http://life-server.team-a.svc:8000"
-    uids = {p["metadata"]["uid"] for p in serving(op, "life")}
+    uids = {p["metadata"]["uid"] for p in first}
 
     # Scale up: the survivors keep their UIDs.
     md["spec"]["roles"][0]["replicas"] = 3
     apply(op, md)
-    op.wait("3 replicas serving", lambda: len(serving(op, "life")) == 3, 180)
-    assert uids <= {p["metadata"]["uid"] for p in serving(op, "life")}
+    three = op.wait("3 replicas serving", lambda: (lambda s: s if len(s) == 3 else None)(serving(op, "life")), 180)
+    assert uids <= {p["metadata"]["uid"] for p in three}
 
     # Scale down: the highest ordinal leaves with its Workload.
     groups = {p["metadata"]["labels"]["modeldeployment.gpustack.ai/pod-ordinal"]:
@@ -220,8 +242,8 @@ def test_lifecycle_scale_roll_replace_and_delete(op: Operator):
     # A deleted Pod is replaced under a new name once the old one is gone.
     victim = serving(op, "life")[0]
     op.kubectl("delete", "pod", victim["metadata"]["name"], "-n", NAMESPACE, "--wait=false")
-    op.wait("replacement serving", lambda: len(serving(op, "life")) == 2 and victim["metadata"]["uid"] not in
-            {p["metadata"]["uid"] for p in serving(op, "life")}, 180)
+    op.wait("replacement serving", lambda: (lambda s: len(s) == 2 and victim["metadata"]["uid"] not in
+                                            {p["metadata"]["uid"] for p in s})(serving(op, "life")), 180)
 
     # Delete: finalize removes every Pod and Workload, then the object goes.
     names = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in op.pods("life")}
@@ -242,10 +264,10 @@ def test_joint_admission_admits_the_whole_set_or_nothing(op: Operator):
     # 4 groups x 8 cards on a 16-card pool: never all of them, so none may be admitted.
     apply(op, pd("too-big", 8))
     try:
-        op.wait("4 Workloads composed", lambda: len([w for w in workloads(op).values()
-                                                      if w["metadata"]["name"] in _groups(op, "too-big")]) == 4, 120)
+        groups = op.wait("4 pod groups", lambda: (lambda g: g if len(g) == 4 else None)(_groups(op, "too-big")), 120)
+        op.wait("4 Workloads composed", lambda: len(groups & set(workloads(op))) == 4, 120)
         for _ in range(10):
-            ours = [w for w in workloads(op).values() if w["metadata"]["name"] in _groups(op, "too-big")]
+            ours = [w for n, w in workloads(op).items() if n in groups]
             assert not any(admitted(w) for w in ours), "a partial set was admitted"
             op.cp.check_alive()
             time.sleep(1)
@@ -334,10 +356,11 @@ def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(
     try:
         op.wait("both replicas serving", lambda: len(serving(op, "outage")) == 2, 180)
         op.wait("phase Ready", lambda: phase(op, "outage") == "Ready", 60)
-        pods = {p["metadata"]["uid"] for p in op.pods("outage")}
+        standing = op.pods("outage")
+        pods = {p["metadata"]["uid"] for p in standing}
         services = {s["metadata"]["uid"] for s in op.get("services", "-n", NAMESPACE,
                                                          "-l", "app.kubernetes.io/instance=outage")["items"]}
-        groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in op.pods("outage")}
+        groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in standing}
         workload_uids = {w["metadata"]["uid"] for n, w in workloads(op).items() if n in groups}
         assert len(workload_uids) == 2
 
@@ -382,10 +405,11 @@ def _read_from(path, offset: int) -> str:
 
 def test_deletion_goes_through_the_finalizer_pods_and_workloads_first(op: Operator):
     apply(op, small("final", replicas=2))
-    op.wait("both replicas serving", lambda: len(serving(op, "final")) == 2, 180)
+    standing = op.wait("both replicas serving",
+                       lambda: (lambda s: s if len(s) == 2 else None)(serving(op, "final")), 180)
     finalizer = "metacontroller.io/compositecontroller-modeldeployment"
     assert finalizer in op.md("final")["metadata"].get("finalizers", [])
-    groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in op.pods("final")}
+    groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in standing}
     op.kubectl("delete", "md", "final", "-n", NAMESPACE, "--wait=false")
     seen_deleting = False
     deadline = time.monotonic() + 120
@@ -422,10 +446,9 @@ def test_related_objects_changing_resync_and_roll_deployments_without_an_edit(op
     apply(op, plain)
     apply(op, cached)
     try:
-        op.wait("both deployments Ready", lambda: phase(op, "related") == "Ready"
-                and phase(op, "related-cached") == "Ready", 240)
+        settled = {n: md_when(op, n, f"{n} Ready", ready, 240) for n in ("related", "related-cached")}
         assert _images(op, "related") == {"gpustack/runner:cuda12.9-vllm0.29.0"}
-        generations = {n: op.md(n)["metadata"]["generation"] for n in ("related", "related-cached")}
+        generations = {n: md["metadata"]["generation"] for n, md in settled.items()}
 
         # The InstanceType's runtime version moves (a driver rollout finished): every deployment on
         # the type rolls to the new image, one replica at a time.
@@ -438,9 +461,9 @@ def test_related_objects_changing_resync_and_roll_deployments_without_an_edit(op
         # The pool publishes a new master endpoint: the cached deployment's client config changes.
         endpoint = "moved-master.gpustack-system.svc:50051"
         _patch_status(op, "kvcachepools", "shared-dram", {"clientEndpoint": endpoint})
-        op.wait("the cached replicas rolled to the new endpoint", lambda: len(serving(op, "related-cached")) == 2
-                and all(endpoint in json.dumps(p["metadata"].get("annotations", {}))
-                        for p in op.pods("related-cached")) and len(op.pods("related-cached")) == 2, 300)
+        op.wait("the cached replicas rolled to the new endpoint", lambda: (lambda pods: len(pods) == 2
+                and all(pod_ready(p) and endpoint in json.dumps(p["metadata"].get("annotations", {}))
+                        for p in pods))(op.pods("related-cached")), 300)
 
         # The Binding stops being Ready: status says so, nothing running is deleted.
         uids = {p["metadata"]["uid"] for p in op.pods("related-cached")}
@@ -481,8 +504,7 @@ def test_every_example_applied_with_kubectl_reaches_ready(op: Operator):
                 op.kubectl("apply", "-f", str(EXAMPLES / f"{stem}.yaml"))
                 deployed.append(example(stem)["metadata"]["name"])
             for name in deployed:
-                op.wait(f"example {name} Ready", lambda name=name: phase(op, name) == "Ready", 300, 2)
-                md = op.md(name)
+                md = md_when(op, name, f"example {name} Ready", ready, 300, 2)
                 for role in md["spec"]["roles"]:
                     status = next(r for r in md["status"]["roles"] if r["name"] == role["name"])
                     assert status["ready"] == role["replicas"], (name, status)
