@@ -17,12 +17,13 @@ RUN pip install --no-cache-dir --no-deps --no-build-isolation --prefix=/install 
 FROM ${PYTHON_IMAGE}
 COPY --from=build /install /usr/local
 USER 10001:10001
+# The ports the manifests and the chart pass too: the webhooks on 8443 (TLS once --tls-cert and
+# --tls-key are given), Metacontroller's hooks on 8080 (plain HTTP, also /healthz and /metrics).
 EXPOSE 8443 8080
-# The plain-HTTP listener: port 8080 is the hooks port in the cluster and the only port by default.
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
 # `serve` runs on uvloop with httptools (both in requirements.lock; app/web/serving.py), one process
 # per Pod: the AdmissionCheck keeper, the metrics and the certificate reloader are per process, so it
 # scales by replicas (charts/, manifests/), not workers (bench/README.md#the-http-stack-one-process-and-the-operator-on-the-real-stack).
 ENTRYPOINT ["modeldeployment"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8443", "--hooks-port", "8080"]

@@ -265,3 +265,32 @@ def test_serve_refuses_a_certificate_without_its_key_and_one_port_for_both() -> 
     assert printed.code == 2 and "--tls-key is missing" in printed.stderr
     printed = run("serve", "--port", "9443", "--hooks-port", "9443")
     assert printed.code == 2 and "both 9443" in printed.stderr and "--hooks-port 0" in printed.stderr
+
+
+def _flag(argv: list[str], flag: str) -> int:
+    return int(argv[argv.index(flag) + 1])
+
+
+def test_every_shipped_serve_command_passes_ports_that_agree() -> None:
+    """The image, the manifests and the chart serve webhooks on 8443 and hooks on 8080 (in a Pod, off
+    any user's kubectl); compose runs serve's local defaults; each health check reaches a listener."""
+    import json as jsonlib
+
+    import yaml
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = jsonlib.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.MULTILINE).group(1))
+    deployment = yaml.safe_load((ROOT / "manifests" / "operator" / "deployment.yaml").read_text())
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    chart = yaml.safe_load((ROOT / "charts" / "modeldeployment" / "values.yaml").read_text())["ports"]
+    for argv in (cmd, args):
+        assert (_flag(argv, "--port"), _flag(argv, "--hooks-port")) == (chart["webhook"], chart["hooks"])
+    health = re.search(r"http://127\.0\.0\.1:(\d+)/healthz", dockerfile)
+    assert health and int(health.group(1)) == _flag(cmd, "--hooks-port")  # plain HTTP, with or without TLS
+    assert re.search(rf"^EXPOSE {_flag(cmd, '--port')} {_flag(cmd, '--hooks-port')}$", dockerfile, re.MULTILINE)
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["operator"]
+    defaults = Settings.model_fields
+    assert (_flag(compose["command"], "--port"), _flag(compose["command"], "--hooks-port")) == \
+        (defaults["port"].default, defaults["hooks_port"].default)
+    assert compose["ports"] == [f"{p}:{p}" for p in (defaults["port"].default, defaults["hooks_port"].default)]
+    assert "--port" not in (ROOT / "scripts" / "serve.sh").read_text().split("exec", 1)[1]  # serve's defaults
