@@ -164,7 +164,8 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
 def admission_checks(
     ctx: DeploymentContext, plans: list[RolePlan], *, now: str, release_after_seconds: float
 ) -> list[SetAdmissionCheck]:
-    """The check state to write on each of the deployment's Workloads (only where it changes)."""
+    """The check state to write on each of the deployment's Workloads: where the state changes, or
+    the reason a group may not be admitted does."""
     joint = len(ctx.md.spec.roles) > 1
     gang = verdict(plans)
     groups = _groups(ctx, plans)
@@ -175,7 +176,11 @@ def admission_checks(
         if decision is None:
             continue
         state, message = decision
-        if group.state == state and group.check.get("message") == message:
+        if group.state == state and (group.check.get("message") == message or group.admissible):
+            # The request shows this state already. An admissible group's message only says how far
+            # the set is (the deployment's status carries the count): not worth a write on every
+            # Workload of the set at each change of the count, nor one racing Kueue's reservation
+            # of a new Workload. A held or obsolete group's reason is written.
             continue
         if group.admitted and group.state == vocab.CHECK_STATE_READY and state != vocab.CHECK_STATE_READY:
             # Never take Ready back from an admitted group: that would evict a serving replica.
@@ -217,6 +222,28 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
                         f"partial reservation and queues again {int(release_after_seconds)}s after "
                         f"{backing_off[0]}")
     return "", ""
+
+
+def seconds_until_release(ctx: DeploymentContext, plans: list[RolePlan], *, now: str,
+                          release_after_seconds: float) -> float | None:
+    """How long until this set's wait ends on time rather than on a watched object: its partial
+    reservation reaching its release bound, or its back-off ending. None when it waits on nothing
+    but Kueue (a reservation, an admission) and Metacontroller's watches bring the next pass."""
+    joint = len(ctx.md.spec.roles) > 1
+    gang = verdict(plans)
+    if not joint or gang.complete or release_after_seconds <= 0:
+        return None
+    waiting = [g for g in _groups(ctx, plans) if not g.admitted]
+    ends = []
+    for g in waiting:
+        if g.reserved and g.state != vocab.CHECK_STATE_RETRY:
+            since = _reserved_since(g.workload)
+            if since and _parse(since):
+                bound = release_bound(ctx.namespace, ctx.name, since, release_after_seconds)
+                ends.append(bound - _seconds_between(since, now))
+        elif g.state == vocab.CHECK_STATE_RETRY and not g.reserved and _parse(g.check.get("lastTransitionTime")):
+            ends.append(release_after_seconds - _seconds_between(g.check.get("lastTransitionTime"), now))
+    return max(min(ends), 0.0) if ends else None
 
 
 def _decide(group: _Group, joint: bool, gang: GangVerdict, mode: str, note: str) -> tuple[str, str] | None:

@@ -13,11 +13,16 @@ from app import vocab
 
 @dataclass(frozen=True)
 class DeleteWorkload:
-    """Frees a departing replica's Kueue quota and releases Kueue's finalizer on its Pods."""
+    """Frees a departing replica's Kueue quota and releases Kueue's finalizer on its Pods.
+
+    `uid` and `owners` ((kind, name) of each ownerReference) are the request's copy of the Workload
+    (its `related` entry); "" and () when the pass has none, and the executor reads it then."""
 
     namespace: str
     name: str
     why: str
+    uid: str = ""
+    owners: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,20 @@ def _delete_workload(ctx: DeploymentContext, group: str, workload: KubeObject | 
     calls (bench/results.md#figures-quoted-from-the-code)."""
     if workload is None or obs.workload_deleting(workload):
         return []
-    return [DeleteWorkload(ctx.namespace, group, why)]
+    return [workload_delete(ctx.namespace, group, workload, why)]
+
+
+def workload_delete(namespace: str, group: str, workload: KubeObject | None, why: str) -> DeleteWorkload:
+    """The delete of a pod group's Workload, carrying the request's copy of it when the pass has one:
+    the executor checks the copy's owners and deletes with the copy's UID as precondition, without
+    reading the Workload again (docs/metacontroller.md#trust)."""
+    meta = (workload or {}).get("metadata") or {}
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return DeleteWorkload(namespace, group, why)
+    owners = tuple((str(o.get("kind", "")), str(o.get("name", ""))) if isinstance(o, dict) else ("", "")
+                   for o in meta.get("ownerReferences") or [])
+    return DeleteWorkload(namespace, group, why, uid=uid, owners=owners)
 
 
 def _let_go(entry: OrdinalPlan) -> None:
@@ -291,9 +304,11 @@ def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     """Scale-down (or deletion) sheds it: Pods omitted, Workload deleted, ReplicaLeaving."""
     entry.action = Action.SHED
     _let_go(entry)
-    # Deleted even when not observed: customize no longer lists a shed ordinal's Workload.
-    p.plan.intents.append(DeleteWorkload(p.ctx.namespace, p.group(entry.ordinal),
-                                         "deployment deleted" if p.finalizing else "scale-down"))
+    # Deleted even when not observed: customize no longer lists a shed ordinal's Workload. One the
+    # request shows being deleted already is not deleted again.
+    if workload is None or not obs.workload_deleting(workload):
+        p.plan.intents.append(workload_delete(p.ctx.namespace, p.group(entry.ordinal), workload,
+                                              "deployment deleted" if p.finalizing else "scale-down"))
     if inst is None or not inst.ran or p.finalizing:
         return
     if inst.live:

@@ -17,8 +17,8 @@ from app.control import gang, status
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
-from app.control.intents import DeleteWorkload, Intent, RecordEvent
-from app.control.rollout import Action, RolePlan, plan_role
+from app.control.intents import Intent, RecordEvent
+from app.control.rollout import Action, RolePlan, plan_role, workload_delete
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names, tenant
@@ -181,7 +181,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
             continue
         for ordinal in by_ordinal:
             group = names.pod_group(ctx.namespace, ctx.name, role_name, ordinal)
-            intents.append(DeleteWorkload(ctx.namespace, group, "role no longer declared"))
+            intents.append(workload_delete(ctx.namespace, group, world.workload(ctx.namespace, group),
+                                           "role no longer declared"))
 
     if not finalizing:
         children.extend(render_router(ctx, renders))
@@ -189,9 +190,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
                                              release_after_seconds=settings.gang_release_after_seconds))
 
     result_status = status.build_status(ctx, renders, plans, request.children, finalizing=finalizing, now=now)
-    waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=RESYNC_WAITING_SECONDS if waiting or not gang.verdict(plans).complete else None)
+                        resync_after=None if finalizing else _resync_after(ctx, plans, settings, now))
     if finalizing:
         workloads_left = any(
             world.workload(ctx.namespace, names.pod_group(ctx.namespace, ctx.name, plan.role, p.ordinal)) is not None
@@ -199,6 +199,19 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
         result.finalized = not observed_pods and not workloads_left
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
+
+
+def _resync_after(ctx: DeploymentContext, plans: list[RolePlan], settings: SyncSettings, now: str) -> float | None:
+    """When to come back unasked (docs/metacontroller.md#responses): only while the pass waits on
+    time. A held replica (its hold names no watched object) every RESYNC_WAITING_SECONDS; a joint
+    set's partial reservation or back-off when it ends (at most that period, at least a second).
+    A wait on Kueue (a reservation, an admission) or on a Workload going needs none: the watched
+    Workload's change brings the next pass, as it does for any hook."""
+    waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
+    until = gang.seconds_until_release(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds)
+    if until is None:
+        return RESYNC_WAITING_SECONDS if waiting else None
+    return min(RESYNC_WAITING_SECONDS, max(1.0, until))
 
 
 def customize(parent: KubeObject) -> dict[str, Any]:

@@ -5,19 +5,30 @@ still answer. A Workload delete that fails raises, so the hook answers 5xx and M
 retries the whole pass; Events and admission-check writes are retried on the next sync.
 
 Trust nothing in the request that asked for them (docs/metacontroller.md#trust): the hooks port answers anyone who can
-reach it. Before the first write of a pass the executor reads the parent from the API server and
-goes on only when it exists with the request's UID (`ParentMismatch` otherwise: nothing written).
+reach it. Before the first write of a pass the executor confirms the parent: it exists on the API
+server with the request's UID (`ParentMismatch` otherwise: nothing written). A confirmation is
+remembered for `PARENT_CONFIRMED_SECONDS` by (namespace, name, UID): UIDs are never reused, so a
+remembered UID cannot stand for another object, and a read that shows the name holding another UID
+(or a parent being deleted, or a finalize pass) replaces or drops the memory.
 Each intent must then be about that parent: Events on it, in its namespace; Workloads only among
 its own pod groups (names hashed from its namespace, name, role and ordinal), owned by its Pods
-when owned at all, deleted with a UID precondition. An intent that is not is dropped and logged.
+when owned at all (checked on the request's copy when the intent carries one, else on a read),
+deleted with the copy's UID as a precondition, so a stale copy deletes nothing. An intent that is
+not is dropped and logged.
+
+Writes the executor made and the next request cannot show yet (its copy lags the API server) are
+not repeated: a Workload UID it deleted, a check state it wrote against the same resourceVersion,
+an Event it created (bounded memories, `RECENT_WRITES`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,6 +46,12 @@ log = logging.getLogger(__name__)
 
 # API calls of one pass's intents in flight at once.
 INTENTS_IN_FLIGHT = 8
+# How long a parent confirmed by UID stays confirmed, and how many confirmations are remembered.
+PARENT_CONFIRMED_SECONDS = 30.0
+PARENT_CONFIRMATIONS = 4096
+# How many writes of each kind (Workload deletes, check states, Events) are remembered, and how long.
+RECENT_WRITES = 16384
+RECENT_WRITE_SECONDS = 600.0
 
 
 def utc_now() -> str:
@@ -98,6 +115,8 @@ class ParentRef:
     name: str
     uid: str
     kind: str = vocab.KIND_MODEL_DEPLOYMENT
+    # A finalize pass: the parent is being deleted, so its confirmation is read afresh, never remembered.
+    finalizing: bool = False
 
 
 class ParentMismatch(Exception):
@@ -159,27 +178,86 @@ def owners_tie(workload: KubeObject, parent: ParentRef, role: str, ordinal: int)
     """Why a Workload's owners do not tie it to the parent's replica (None when they do or it has none).
 
     Kueue owns a plain-pod-group Workload by the group's Pods, all named `<deployment>-<role>-r<k>-…`."""
-    prefix = f"{names.instance(parent.name, role, ordinal)}-"
+    owners = []
     for owner in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if not isinstance(owner, dict) or owner.get("kind") != vocab.KIND_POD or not str(owner.get("name", "")).startswith(prefix):
+        if not isinstance(owner, dict):
             return f"owner {owner!r} is not a Pod of replica {names.instance(parent.name, role, ordinal)}"
+        owners.append((str(owner.get("kind", "")), str(owner.get("name", ""))))
+    return owners_tie_of(tuple(owners), parent, role, ordinal)
+
+
+def owners_tie_of(owners: tuple[tuple[str, str], ...], parent: ParentRef, role: str, ordinal: int) -> str | None:
+    """owners_tie on (kind, name) pairs: the request's copy as a DeleteWorkload carries it."""
+    prefix = f"{names.instance(parent.name, role, ordinal)}-"
+    for kind, name in owners:
+        if kind != vocab.KIND_POD or not name.startswith(prefix):
+            return f"owner {kind} {name!r} is not a Pod of replica {names.instance(parent.name, role, ordinal)}"
     return None
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Recent(Generic[K, V]):
+    """A bounded memory with an age limit: the oldest entries go first when it is full."""
+
+    def __init__(self, size: int, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = size
+        self.seconds = seconds
+        self.clock = clock
+        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        at, value = found
+        if self.clock() - at >= self.seconds:
+            del self._entries[key]
+            return None
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._entries.pop(key, None)
+        self._entries[key] = (self.clock(), value)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def drop(self, key: K) -> None:
+        self._entries.pop(key, None)
+
+
+@dataclass(frozen=True)
+class _Confirmed:
+    uid: str
+    roles: tuple[str, ...]
+
+
 class Executor:
-    def __init__(self, kube: Kube | None) -> None:
+    def __init__(self, kube: Kube | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
+        # (namespace, name) -> the UID confirmed for it and its roles.
+        self.confirmed: Recent[tuple[str, str], _Confirmed] = Recent(PARENT_CONFIRMATIONS, PARENT_CONFIRMED_SECONDS,
+                                                                     clock)
+        # Writes the next request's copy may not show yet (see the module's docstring).
+        self.deleted: Recent[str, bool] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
+        self.checks: Recent[tuple[str, str], tuple[str, str, str]] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
+        self.events: Recent[tuple[str, str], bool] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
 
     async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> None:
         intents = list(intents)
+        if parent.finalizing:
+            # The parent is going: a finalize pass never relies on (nor leaves) a remembered confirmation.
+            self.confirmed.drop((parent.namespace, parent.name))
+        intents = [i for i in intents if not self._already_done(i)]
         if not intents:
             return
         if self.kube is None:
             for intent in intents:
                 log.info("no API server: skipped %s", intent)
             return
-        live = await confirm_parent(self.kube, parent)
-        groups = _pod_groups(parent.namespace, parent.name, live_roles(live))
+        groups = await self._groups(parent, intents)
         allowed = []
         for intent in intents:
             problem = foreign(intent, parent, groups)
@@ -202,6 +280,39 @@ class Executor:
             if isinstance(outcome, BaseException):
                 raise outcome
 
+    async def _groups(self, parent: ParentRef, intents: list[Intent]) -> dict[str, tuple[str, int]]:
+        """The parent's pod groups, from a remembered confirmation when every intent's Workload is
+        among them, else from a fresh read (which raises ParentMismatch as confirm_parent does)."""
+        assert self.kube is not None
+        key = (parent.namespace, parent.name)
+        known = self.confirmed.get(key)
+        if known is not None and known.uid == parent.uid:
+            groups = _pod_groups(parent.namespace, parent.name, known.roles)
+            if all(_workload_of(i) in groups for i in intents if _workload_of(i) is not None):
+                return groups
+        try:
+            live = await confirm_parent(self.kube, parent)
+        except ParentMismatch:
+            self.confirmed.drop(key)
+            raise
+        roles = live_roles(live)
+        if parent.finalizing or (live.get("metadata") or {}).get("deletionTimestamp"):
+            self.confirmed.drop(key)
+        else:
+            self.confirmed.put(key, _Confirmed(parent.uid, roles))
+        return _pod_groups(parent.namespace, parent.name, roles)
+
+    def _already_done(self, intent: Intent) -> bool:
+        """A write this executor made that the request's copy does not show yet."""
+        if isinstance(intent, DeleteWorkload):
+            return bool(intent.uid) and self.deleted.get(intent.uid) is not None
+        if isinstance(intent, SetAdmissionCheck):
+            return bool(intent.resource_version) and self.checks.get((intent.namespace, intent.workload)) == (
+                intent.resource_version, intent.state, intent.message)
+        if isinstance(intent, RecordEvent):
+            return self.events.get((intent.namespace, intent.name)) is not None
+        return False
+
     async def _run_one(self, parent: ParentRef, intent: Intent, groups: dict[str, tuple[str, int]]) -> None:
         assert self.kube is not None
         if isinstance(intent, DeleteWorkload):
@@ -211,6 +322,8 @@ class Executor:
                 await self.kube.create_event(event_body(intent, utc_now()))
             except (ApiError, OSError) as exc:
                 log.warning("could not record event %s: %s", intent.name, exc)
+            else:
+                self.events.put((intent.namespace, intent.name), True)
         elif isinstance(intent, ApplyRoleReplicas):
             log.warning("dropped a replicas write outside a scaler pass: %s", intent)
         elif isinstance(intent, SetAdmissionCheck):
@@ -219,19 +332,31 @@ class Executor:
             except ApiError as exc:
                 # A stale resourceVersion: the Workload moved; the next sync decides again.
                 log.info("admission check on %s/%s not written: %s", intent.namespace, intent.workload, exc)
+            else:
+                if intent.resource_version:
+                    self.checks.put((intent.namespace, intent.workload),
+                                    (intent.resource_version, intent.state, intent.message))
 
     async def _delete_workload(self, parent: ParentRef, intent: DeleteWorkload, replica: tuple[str, int]) -> None:
         assert self.kube is not None
-        workload = await self.kube.workload(intent.namespace, intent.name)
-        if workload is None:
-            return
-        problem = owners_tie(workload, parent, *replica)
-        uid = (workload.get("metadata") or {}).get("uid")
+        if intent.uid:
+            # The request's copy: its owners are checked, its UID is the delete's precondition, so a
+            # copy that no longer describes the stored Workload deletes nothing (409).
+            uid, problem = intent.uid, owners_tie_of(intent.owners, parent, *replica)
+        else:
+            workload = await self.kube.workload(intent.namespace, intent.name)
+            if workload is None:
+                return
+            problem = owners_tie(workload, parent, *replica)
+            uid = (workload.get("metadata") or {}).get("uid") or ""
         if problem is not None or not uid:
             log.warning("left Workload %s/%s alone: %s", intent.namespace, intent.name, problem or "it has no uid")
             return
         if await self.kube.delete_workload(intent.namespace, intent.name, uid):
+            self.deleted.put(uid, True)
             log.info("deleted Workload %s/%s (%s)", intent.namespace, intent.name, intent.why)
+        else:
+            log.info("left Workload %s/%s alone: it is no longer uid %s", intent.namespace, intent.name, uid)
 
     async def keep_admission_check_active(self) -> None:
         """Asserts the AdmissionCheck exists and is Active; the status is written only when it is not,
@@ -242,6 +367,14 @@ class Executor:
         current = await self.kube.admission_check()
         active = obs.condition_true(current, vocab.ADMISSION_CHECK_COND_ACTIVE)
         await self.kube.apply_admission_check(spec, None if active else status)
+
+
+def _workload_of(intent: Intent) -> str | None:
+    if isinstance(intent, DeleteWorkload):
+        return intent.name
+    if isinstance(intent, SetAdmissionCheck):
+        return intent.workload
+    return None
 
 
 # --- a ModelDeploymentScaler's pass (docs/autoscaling.md#trust) -----------------------------------

@@ -190,3 +190,115 @@ def test_the_workload_delete_carries_a_uid_precondition():
     assert json.loads(request.content) == {"apiVersion": "v1", "kind": "DeleteOptions",
                                            "preconditions": {"uid": "wl-uid"}}
     run(kube.close())
+
+
+# --- cheaper, not looser: the request's copy, remembered confirmations, writes not repeated ----------
+
+
+def copy_delete(name=GROUP_0, uid="wl-uid", owners=(("Pod", "qwen-server-r0-abc"),)):
+    return DeleteWorkload("team-a", name, "rollout", uid=uid, owners=owners)
+
+
+def test_a_delete_carrying_the_requests_copy_reads_no_workload():
+    kube = FakeKube(workloads={})  # a read would find nothing: the copy alone decides
+    run(Executor(kube).run(QWEN, [copy_delete()]))
+    assert kube.calls == [("get_parent", "team-a", "qwen"), ("delete_workload", "team-a", GROUP_0, "wl-uid")]
+
+
+def test_the_copys_owners_must_tie_it_to_the_replica():
+    kube = FakeKube()
+    run(Executor(kube).run(QWEN, [copy_delete(owners=(("Pod", "qwen-server-r1-abc"),)),
+                                  copy_delete(name=GROUP_1, owners=(("ReplicaSet", "qwen-server-r1-abc"),))]))
+    assert kube.calls == [("get_parent", "team-a", "qwen")]
+
+
+def test_a_confirmed_parent_is_not_read_again_until_the_confirmation_ages():
+    now = [0.0]
+    kube = FakeKube()
+    executor = Executor(kube, clock=lambda: now[0])
+    check = SetAdmissionCheck("team-a", GROUP_1, "7", "Ready", "m", "2026-11-29T00:00:00Z")
+    run(executor.run(QWEN, [check]))
+    run(executor.run(QWEN, [SetAdmissionCheck("team-a", GROUP_1, "8", "Ready", "m", "t")]))
+    assert [c[0] for c in kube.calls] == ["get_parent", "apply_workload_check", "apply_workload_check"]
+    now[0] = executor.confirmed.seconds
+    run(executor.run(QWEN, [SetAdmissionCheck("team-a", GROUP_1, "9", "Ready", "m", "t")]))
+    assert [c[0] for c in kube.calls][-2:] == ["get_parent", "apply_workload_check"]
+
+
+def test_a_remembered_confirmation_never_stands_for_another_uid():
+    kube = FakeKube()
+    executor = Executor(kube)
+    run(executor.run(QWEN, [copy_delete()]))
+    kube.parent_uid = "uid-2"  # deleted and created again under the same name
+    recreated = ParentRef("team-a", "qwen", "uid-2")
+    # The new parent's UID is not the remembered one: read, and remembered in its place.
+    run(executor.run(recreated, [copy_delete(uid="wl-new")]))
+    with pytest.raises(ParentMismatch) as raised:
+        run(executor.run(QWEN, [copy_delete(uid="wl-newer")]))
+    assert raised.value.status_code == 409
+    assert [c[0] for c in kube.calls] == ["get_parent", "delete_workload", "get_parent", "delete_workload",
+                                          "get_parent"]
+
+
+def test_a_finalize_pass_reads_the_parent_afresh_and_forgets_it():
+    kube = FakeKube()
+    executor = Executor(kube)
+    run(executor.run(QWEN, [copy_delete()]))
+    finalizing = ParentRef("team-a", "qwen", "uid-1", finalizing=True)
+    run(executor.run(finalizing, [copy_delete(uid="wl-2")]))
+    run(executor.run(QWEN, [copy_delete(uid="wl-3")]))
+    assert [c[0] for c in kube.calls] == ["get_parent", "delete_workload", "get_parent", "delete_workload",
+                                          "get_parent", "delete_workload"]
+
+
+def test_a_workload_of_a_role_the_memory_does_not_know_reads_the_parent_again():
+    kube = FakeKube()
+    executor = Executor(kube)
+    run(executor.run(QWEN, [copy_delete()]))
+    other_role = names.pod_group("team-a", "qwen", "decode", 0)
+    run(executor.run(QWEN, [SetAdmissionCheck("team-a", other_role, "7", "Ready", "forged", "t")]))
+    assert [c[0] for c in kube.calls] == ["get_parent", "delete_workload", "get_parent"]
+
+
+def test_writes_the_lagging_copy_does_not_show_yet_are_not_repeated():
+    kube = FakeKube()
+    executor = Executor(kube)
+    event = RecordEvent("team-a", "qwen", "uid-1", "qwen.x.1", vocab.EVENT_REPLICA_LEAVING, "Normal", "bye")
+    check = SetAdmissionCheck("team-a", GROUP_1, "7", "Ready", "m", "2026-11-29T00:00:00Z")
+    run(executor.run(QWEN, [copy_delete(), event, check]))
+    run(executor.run(QWEN, [copy_delete(), event, check]))  # the same copy: all three already done
+    assert [c[0] for c in kube.calls] == ["get_parent", "delete_workload", "create_event", "apply_workload_check"]
+    # A copy that moved (another resourceVersion, another Workload UID) is acted on.
+    run(executor.run(QWEN, [copy_delete(uid="wl-2"), SetAdmissionCheck("team-a", GROUP_1, "8", "Ready", "m", "t")]))
+    assert [c[0] for c in kube.calls][4:] == ["delete_workload", "apply_workload_check"]
+
+
+def test_a_failed_write_is_not_remembered():
+    class Failing(FakeKube):
+        async def apply_workload_check(self, namespace, name, body):
+            from lightkube.core.exceptions import ApiError
+            import httpx2
+
+            self.calls.append(("apply_workload_check", namespace, name, body))
+            response = httpx2.Response(409, json={"kind": "Status", "code": 409, "message": "conflict"},
+                                       request=httpx2.Request("PATCH", "http://x"))
+            raise ApiError(response=response)
+
+    kube = Failing()
+    executor = Executor(kube)
+    check = SetAdmissionCheck("team-a", GROUP_1, "7", "Ready", "m", "t")
+    run(executor.run(QWEN, [check]))
+    run(executor.run(QWEN, [check]))
+    assert [c[0] for c in kube.calls] == ["get_parent", "apply_workload_check", "apply_workload_check"]
+
+
+def test_the_recent_memory_is_bounded_in_size_and_age():
+    from app.kube.executor import Recent
+
+    now = [0.0]
+    recent: Recent[str, int] = Recent(2, 10.0, clock=lambda: now[0])
+    for key in "abc":
+        recent.put(key, 1)
+    assert recent.get("a") is None and recent.get("c") == 1
+    now[0] = 10.0
+    assert recent.get("c") is None

@@ -189,8 +189,52 @@ def test_admission_checks_hold_a_partial_set_and_release_it_after_the_bound():
         for o in range(role["replicas"])]) for role in md["spec"]["roles"]]
 
     early = gang.admission_checks(ctx, plans, now="2026-11-30T00:01:00Z", release_after_seconds=600)
-    assert {i.workload for i in early} == set(groups)  # messages change from "" to the count
-    assert {i.state for i in early} == {"Pending"} and "3 of 4" in early[0].message
+    assert early == []  # Pending already: only the count would change, and that is not written
+
+    obsolete = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=o.reserved, up_to_date=False)
+                                           for o in p.ordinals]) for p in plans]
+    reasons = gang.admission_checks(ctx, obsolete, now="2026-11-30T00:01:00Z", release_after_seconds=600)
+    assert {i.workload for i in reasons} == set(groups)  # a group that may not start says why
+    assert {i.state for i in reasons} == {"Pending"} and "obsolete render" in reasons[0].message
 
     late = gang.admission_checks(ctx, plans, now="2026-11-30T01:00:00Z", release_after_seconds=600)
     assert {i.state for i in late} == {"Retry"} and all(i.resource_version == "7" for i in late)
+
+
+def test_a_workload_delete_carries_the_requests_copy():
+    from app.control.rollout import workload_delete
+
+    copy_ = {"metadata": {"name": "g", "uid": "wl-1", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "qwen-server-r0-x", "uid": "p"}]}}
+    intent = workload_delete("team-a", "g", copy_, "rollout")
+    assert (intent.uid, intent.owners) == ("wl-1", (("Pod", "qwen-server-r0-x"),))
+    # Without a copy (a shed ordinal no longer listed) the executor reads it.
+    assert (workload_delete("team-a", "g", None, "scale-down").uid, workload_delete("team-a", "g", {}, "x").uid) == ("", "")
+
+
+def test_a_joint_set_asks_to_come_back_when_its_partial_reservation_is_released():
+    md = copy.deepcopy(example("pd-pair"))
+    md["metadata"]["uid"] = "uid-pd"
+    del md["spec"]["router"]
+    groups = [names.pod_group("team-a", "pd-demo", role["name"], o) for role in md["spec"]["roles"]
+              for o in range(role["replicas"])]
+    since = "2026-11-30T00:00:00Z"
+    workloads = [{"apiVersion": vocab.KUEUE_API_VERSION, "kind": "Workload",
+                  "metadata": {"name": g, "namespace": "team-a", "resourceVersion": "7"},
+                  "status": {"conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": since}]
+                             if i == 0 else [],
+                             "admissionChecks": [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending",
+                                                  "message": "", "lastTransitionTime": since}]}}
+                 for i, g in enumerate(groups)]
+    ctx = build_context(ModelDeployment.model_validate(md),
+                        World.from_related(related_map(world_objects() + workloads)), RenderOptions())
+    plans = [RolePlan(role["name"], ordinals=[OrdinalPlan(o, Action.KEEP, reserved=(role["name"], o) == ("prefill", 0),
+                                                          up_to_date=True) for o in range(role["replicas"])])
+             for role in md["spec"]["roles"]]
+    bound = gang.release_bound("team-a", "pd-demo", since, 600)
+    left = gang.seconds_until_release(ctx, plans, now="2026-11-30T00:01:00Z", release_after_seconds=600)
+    assert left == pytest.approx(bound - 60)
+    assert gang.seconds_until_release(ctx, plans, now=since, release_after_seconds=0) is None
+    whole = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=True, up_to_date=True)
+                                        for o in p.ordinals]) for p in plans]
+    assert gang.seconds_until_release(ctx, whole, now=since, release_after_seconds=600) is None

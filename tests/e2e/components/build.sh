@@ -8,7 +8,7 @@
 #
 # Usage: tests/e2e/components/build.sh [component ...]
 #   components: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
-#               kwok kueue metacontroller helm (default: all)
+#               kwok kueue metacontroller helm (default: all); lws (only when named)
 # Env:
 #   MODELDEPLOYMENT_CACHE  cache root (default ~/.cache/modeldeployment)
 #   BUILD_PARALLELISM      go build -p value (default: number of cores, max 2)
@@ -286,6 +286,53 @@ if want helm; then
     rm -rf "$dir"; mv "$COMP/helm-$HELM_VERSION.tmp" "$dir"   # go_install's directory
     link_bin "$dir" helm
     record helm "$HELM_VERSION" $(( $(date +%s) - t0 )) built
+  fi
+fi
+
+# ---- leaderworkerset ----------------------------------------------------------------
+# LeaderWorkerSet is the peer bench/e2e-scale compares against (bench/README.md); the e2e suite
+# does not need it, so it is built only when named (`build.sh lws`) or when LWS_BUILD=1. Like
+# metacontroller its pinned source comes from the tarball shared beside the repository
+# (../shared/third_party/lws-060ab4d.tar.gz, checksum verified); its dependencies are ordinary
+# modules the proxy serves. Cached with its CRDs and webhook manifests.
+LWS_COMMIT=060ab4d
+LWS_TARBALL="${LWS_TARBALL:-$(cd "$HERE/../../.." && pwd)/../shared/third_party/lws-$LWS_COMMIT.tar.gz}"
+LWS_SHA256=1104e0a2b510d0a931d21d0ca121e652515b7aba452e24e810fdb71a7b26a7b5
+want_lws() {
+  [ "${LWS_BUILD:-0}" = 1 ] && return 0
+  local c
+  for c in "${SELECTED[@]}"; do [ "$c" = lws ] && return 0; done
+  return 1
+}
+if want_lws; then
+  dir="$COMP/lws-$LWS_COMMIT"
+  if cached "$dir" lws && [ -f "$dir/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml" ] \
+      && [ -f "$dir/webhook/manifests.yaml" ]; then
+    link_bin "$dir" lws; record lws "$LWS_COMMIT" 0 cached
+  else
+    t0=$(date +%s)
+    need_go lws
+    if [ ! -f "$LWS_TARBALL" ]; then
+      echo "build.sh: cannot build lws $LWS_COMMIT: no source tarball at $LWS_TARBALL;" \
+           "set LWS_TARBALL to lws-$LWS_COMMIT.tar.gz (sha256 $LWS_SHA256)" >&2
+      exit 1
+    fi
+    got="$(sha256sum "$LWS_TARBALL" | cut -d' ' -f1)"
+    if [ "$got" != "$LWS_SHA256" ]; then
+      echo "build.sh: $LWS_TARBALL has sha256 $got, expected $LWS_SHA256" >&2
+      exit 1
+    fi
+    log "building lws $LWS_COMMIT from $LWS_TARBALL"
+    src="$CACHE/src/lws-$LWS_COMMIT"
+    rm -rf "$src" "$dir.tmp"; mkdir -p "$src" "$dir.tmp/crds" "$dir.tmp/webhook"
+    tar xzf "$LWS_TARBALL" -C "$src" --strip-components=1
+    (cd "$src" && go build -mod=readonly -trimpath -p "$P" -ldflags "-s -w" -o "$dir.tmp/lws" ./cmd/) >&2
+    cp "$src"/config/crd/bases/*.yaml "$dir.tmp/crds/"
+    cp "$src"/config/webhook/manifests.yaml "$dir.tmp/webhook/"
+    chmod -R u+w "$dir.tmp"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    link_bin "$dir" lws
+    record lws "$LWS_COMMIT" $(( $(date +%s) - t0 )) built
   fi
 fi
 
