@@ -36,6 +36,7 @@ from app import vocab
 from app.admission.review import offline_verdict
 from app.world import World, load_yaml_objects
 from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, _extra_world, server
+from tests.unit.test_cli import BROKEN, BROKEN_FILES
 from tests.unit.test_validate_offline import STRICT
 
 EXAMPLES = REPO / "examples" / "deployments"
@@ -177,6 +178,19 @@ def test_unknown_fields(op: Operator, edit, path: str) -> None:
     obj = server()
     edit(obj)
     assert_same(op, obj, None, path)
+
+
+# The broken files of tests/unit/test_cli.py that reach the API server (YAML that parses, a
+# ModelDeployment of our apiVersion and kind; those two are test_api_version_and_kind's).
+BROKEN_REFUSED = [b for b in BROKEN_FILES if b.code == 1 and b.file not in ("kind-typo", "api-version-old")]
+
+
+@pytest.mark.parametrize("case", BROKEN_REFUSED, ids=[b.file for b in BROKEN_REFUSED])
+def test_every_broken_file(op: Operator, case) -> None:
+    """Offline and the cluster agree on types and values as well as fields: `replicas: "2"`,
+    `version: 0.33`, `vllm`, `Qwen_Chat` are refused by both, at the field offline names."""
+    obj = yaml.safe_load((BROKEN / f"{case.file}.yaml").read_text())
+    assert_same(op, obj, None, case.field)
 
 
 @pytest.mark.parametrize("api_version,kind", [("gpustack.ai/v1", "ModelDeployment"),
