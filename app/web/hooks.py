@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dataclasses
 import gc
 import logging
 import time
@@ -171,7 +170,6 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> tuple[bytes, li
     parent = _parent_ref(hook_request.parent)
     if hook == "finalize":
         hook_request.finalizing = True
-        parent = dataclasses.replace(parent, finalizing=True)
         parent = dataclasses.replace(parent, finalizing=True)
     now = utc_now()
     try:
