@@ -92,6 +92,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     found = files.read_objects(args.file, "-f")
     deployments = [o for o in found if fields.is_candidate(o)]
     if not deployments:
+        if any(o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT_SCALER for o in found):
+            raise UsageError(f"{args.file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "
+                             f"validate -f {args.file}` checks them; render their deployment instead")
         raise UsageError(_no_deployment(args.file, found))
     world = World.of(world_objects)
     related = related_map(world_objects)
@@ -201,6 +204,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.world is not None:
         overrides["world_dir"] = args.world
     service = settings(**overrides)
+    if service.world_dir is not None:  # read on every request: a world that cannot be read stops serve now
+        files.read_objects(service.world_dir, "--world" if args.world is not None else _env("world_dir"))
     host = service.host if args.host is None else args.host
     port = service.port if args.port is None else args.port
     hooks_port = service.hooks_port if args.hooks_port is None else args.hooks_port

@@ -449,6 +449,11 @@ def metadata_refusals(raw: KubeObject) -> list[Refusal]:
     return out
 
 
+# The group's other kinds: none is a misspelt ModelDeployment (ModelDeploymentScaler is close).
+OTHER_KINDS = (vocab.KIND_MODEL_DEPLOYMENT_SCALER, vocab.KIND_INSTANCE_TYPE, vocab.KIND_KV_CACHE_POOL,
+               vocab.KIND_KV_CACHE_POOL_BINDING, vocab.KIND_KV_CACHE_BACKEND, vocab.KIND_MODEL_ARTIFACT)
+
+
 def is_candidate(obj: KubeObject) -> bool:
     """An object the user meant as a ModelDeployment: that kind, or a near miss of it in our group."""
     kind = obj.get("kind")
@@ -456,7 +461,8 @@ def is_candidate(obj: KubeObject) -> bool:
         return True
     api_version = obj.get("apiVersion")
     ours = isinstance(api_version, str) and api_version.split("/")[0] == vocab.GROUP
-    return ours and isinstance(kind, str) and near_miss(kind, [vocab.KIND_MODEL_DEPLOYMENT]) is not None
+    return ours and isinstance(kind, str) and kind not in OTHER_KINDS and \
+        near_miss(kind, [vocab.KIND_MODEL_DEPLOYMENT]) is not None
 
 
 def type_refusals(raw: KubeObject) -> list[Refusal]:

@@ -294,3 +294,23 @@ def test_every_shipped_serve_command_passes_ports_that_agree() -> None:
         (defaults["port"].default, defaults["hooks_port"].default)
     assert compose["ports"] == [f"{p}:{p}" for p in (defaults["port"].default, defaults["hooks_port"].default)]
     assert "--port" not in (ROOT / "scripts" / "serve.sh").read_text().split("exec", 1)[1]  # serve's defaults
+
+
+def test_serve_refuses_a_world_or_a_certificate_it_cannot_read(tmp_path: Path) -> None:
+    printed = run("serve", "--world", str(tmp_path / "absent"))
+    assert printed.code == 2 and printed.stderr.startswith(f"error: --world {tmp_path / 'absent'}: no such file")
+    with mock.patch.dict(os.environ, {"MODELDEPLOYMENT_WORLD_DIR": str(tmp_path / "absent")}):
+        printed = run("serve")
+    assert printed.code == 2 and "MODELDEPLOYMENT_WORLD_DIR" in printed.stderr
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.key").write_text("not a key")
+    printed = run("serve", "--port", "0", "--hooks-port", "0", "--tls-cert", str(tmp_path / "tls.crt"),
+                  "--tls-key", str(tmp_path / "tls.key"))
+    assert printed.code == 2 and "the pair does not load" in printed.stderr and "Traceback" not in printed.text
+
+
+def test_render_of_a_scaler_file_says_what_checks_it() -> None:
+    scaler = ROOT / "examples" / "autoscaling" / "pd-scaler.yaml"
+    printed = run("render", "-f", str(scaler))
+    assert printed.code == 2 and "ModelDeploymentScalers only" in printed.stderr and "validate -f" in printed.stderr
+    assert "kind:" not in printed.text  # never judged as a misspelt ModelDeployment
