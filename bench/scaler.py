@@ -104,13 +104,18 @@ def cost(rounds: int = COST_ROUNDS) -> dict[str, Any]:
 
 def _engine_ready(op: Any, name: str) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for pod in op.pods(name):
-        role = pod["metadata"]["labels"].get("app.kubernetes.io/component")
+    for pod in _engine_pods(op, name):
+        role = pod["metadata"]["labels"]["app.kubernetes.io/component"]
         conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
         if (pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True"
                 and not pod["metadata"].get("deletionTimestamp")):
             counts[role] = counts.get(role, 0) + 1
     return counts
+
+
+def _engine_pods(op: Any, name: str) -> list[dict[str, Any]]:
+    return [p for p in op.pods(name)
+            if p["metadata"]["labels"].get("app.kubernetes.io/component") in ("prefill", "decode")]
 
 
 def _deployment(name: str) -> dict[str, Any]:
@@ -163,7 +168,7 @@ def step(rounds: int = STEP_ROUNDS) -> dict[str, Any]:
                 seconds[name].append(round(time.monotonic() - started, 2))
                 ways[name](1)
                 op.wait(f"{name} back at 1 unit", lambda n=name: _engine_ready(op, n) == {"prefill": 1, "decode": 1}
-                        and len(op.pods(n)) <= 3, 300)
+                        and len(_engine_pods(op, n)) == 2, 300)
         op.stop()
     finally:
         cp.stop()
