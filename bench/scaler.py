@@ -180,11 +180,16 @@ def step(rounds: int = STEP_ROUNDS) -> dict[str, Any]:
 # --- report ----------------------------------------------------------------------------------------
 
 
+def _load(results: dict[str, Any]) -> str:
+    load = results.get("load")
+    return f"{load[0]:.1f}" if isinstance(load, list) and load else "not recorded"
+
+
 def report(results: dict[str, Any]) -> str:
     lines = ["# ModelDeploymentScaler: measured", "",
              "Written by `.venv/bin/python -m bench.scaler all --out bench` (bench/scaler.py says what each number",
              f"means). Machine: {os.cpu_count()} cores, shared; load average at the end "
-             f"{results.get('load', ['?'])[0] if isinstance(results.get('load'), list) else '?'}.", ""]
+             f"{_load(results)}.", ""]
     c = results.get("cost")
     if c:
         lines += ["## One scaler sync, in process", "",
