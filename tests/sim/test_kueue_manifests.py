@@ -122,6 +122,11 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
         (vocab.KUEUE_GROUP, "admissionchecks", "patch"),
         (vocab.KUEUE_GROUP, "admissionchecks/status", "patch"),
         ("", "events", "create"),
+        # A ModelDeploymentScaler's server-side apply of its roles' replicas (docs/autoscaling.md#the-write),
+        # the scaler confirmed before it, and its webhook's stored-scaler read and one-scaler-per-role list.
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENTS, "patch"),
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "get"),
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "list"),
     }
     assert granted == expected
 
