@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import cluster as e2e_cluster  # noqa: E402
 import md_operator  # noqa: E402
 
+from bench import lws  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
 
 NAMESPACE = md_operator.NAMESPACE
@@ -54,8 +55,14 @@ PODS_PER_NODE = 110
 EDIT_IMAGE = "vllm/vllm-openai:v0.29.0-bench-edit"
 EDIT_IMAGE_SGLANG = "lmsysorg/sglang:v0.5.18-bench-edit"
 HOOKS = ("customize", "sync", "finalize")
-COMPONENTS = ("operator", "baseline", "metacontroller", "kube-apiserver", "etcd", "kueue", "kwok",
+COMPONENTS = ("operator", "baseline", "metacontroller", "lws", "kube-apiserver", "etcd", "kueue", "kwok",
               "kube-controller-manager", "kube-scheduler")
+# Modes: the operator and the baseline hook on the three shapes; the operator on LeaderWorkerSet's
+# shape (every deployment one role of 5 replicas x size 2) and LeaderWorkerSet itself on it.
+MODES = ("operator", "baseline", "wide", "lws")
+LWS_QUEUE = "bench-scale-lws"
+WIDE_REPLICAS = 5
+WIDE_SIZE = 2
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -99,14 +106,23 @@ def kueue_objects() -> list[dict[str, Any]]:
                                       "flavors": [{"name": QUEUE, "resources": quota}]}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": QUEUE, "namespace": NAMESPACE}, "spec": {"clusterQueue": QUEUE}},
+        # LeaderWorkerSet's: the same flavor and quota, without our joint check (nothing would set it).
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": LWS_QUEUE},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                  "queueingStrategy": "BestEffortFIFO",
+                  "resourceGroups": [{"coveredResources": [q["name"] for q in quota],
+                                      "flavors": [{"name": QUEUE, "resources": quota}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": LWS_QUEUE, "namespace": NAMESPACE}, "spec": {"clusterQueue": LWS_QUEUE}},
     ]
 
 
-def deployment(index: int) -> dict[str, Any]:
+def deployment(index: int, only: str | None = None) -> dict[str, Any]:
     """About 10 Pods each, in three shapes taken in turn: two one-Pod-replica Server roles (vLLM);
-    size-2 replicas (SGLang over two nodes); a routed prefill/decode pair (llm-d router, KV cache)."""
-    shape = ("server", "wide", "pd")[index % 3]
-    name = f"s{index:03d}-{shape}"
+    size-2 replicas (SGLang over two nodes); a routed prefill/decode pair (llm-d router, KV cache).
+    `only="wide"`: every deployment the size-2 shape (LeaderWorkerSet's)."""
+    shape = only or ("server", "wide", "pd")[index % 3]
+    name = f"{'w' if only else 's'}{index:03d}-{shape}"
     one = {"accelerator": 1}
     if shape == "server":
         spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "engine": {"name": "vLLM", "version": "0.29.0"},
@@ -114,7 +130,7 @@ def deployment(index: int) -> dict[str, Any]:
                           {"name": "batch", "replicas": 5, "instanceType": INSTANCE_TYPE, "resources": one}]}
     elif shape == "wide":
         spec = {"model": {"name": "Qwen/Qwen2.5-14B-Instruct"}, "engine": {"name": "SGLang", "version": "0.5.18"},
-                "roles": [{"name": "server", "replicas": 5, "size": 2, "instanceType": INSTANCE_TYPE,
+                "roles": [{"name": "server", "replicas": WIDE_REPLICAS, "size": WIDE_SIZE, "instanceType": INSTANCE_TYPE,
                            "resources": one, "extraArgs": ["--tp-size", "2", "--nnodes", "2"]}]}
     else:
         spec = {"model": {"name": "Qwen/Qwen3-8B"}, "engine": {"name": "vLLM", "version": "0.29.0"},
@@ -257,13 +273,18 @@ class Observer:
         return float("nan")
 
     def apiserver_requests(self) -> dict[str, float]:
+        """apiserver_request_total by verb, and by "verb resource[/subresource]" (keys with a space)."""
         text = self.api.get("/metrics").text
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line.startswith("apiserver_request_total{"):
                 labels, value = line.rsplit(" ", 1)
                 verb = labels.split('verb="', 1)[1].split('"', 1)[0]
+                resource = labels.split('resource="', 1)[1].split('"', 1)[0] if 'resource="' in labels else ""
+                sub = labels.split('subresource="', 1)[1].split('"', 1)[0] if 'subresource="' in labels else ""
                 out[verb] = out.get(verb, 0.0) + float(value)
+                key = f"{verb} {resource}" + (f"/{sub}" if sub else "")
+                out[key] = out.get(key, 0.0) + float(value)
         return out
 
     def operator_hooks(self) -> dict[str, dict[str, float]]:
@@ -316,9 +337,11 @@ def _quantile(values: list[float], q: float) -> float:
 def phase_report(mode: str, before: dict[str, Any], after: dict[str, Any], peak_rss_mb: float,
                  seconds: float) -> dict[str, Any]:
     cpu = {k: round(after["cpu"].get(k, 0.0) - before["cpu"].get(k, 0.0), 2) for k in after["cpu"]}
-    verbs = {v: int(after["apiserver"].get(v, 0) - before["apiserver"].get(v, 0)) for v in after["apiserver"]}
+    counted = {v: int(after["apiserver"].get(v, 0) - before["apiserver"].get(v, 0)) for v in after["apiserver"]}
+    verbs = {v: n for v, n in counted.items() if " " not in v}
+    by_resource = {v: n for v, n in counted.items() if " " in v and n}
     hooks: dict[str, Any] = {}
-    if mode == "operator":
+    if mode in ("operator", "wide"):
         for hook in HOOKS:
             a, b = after["operator"].get(hook, {}), before["operator"].get(hook, {})
             delta = {le: a[le] - b.get(le, 0.0) for le in a}
@@ -337,6 +360,7 @@ def phase_report(mode: str, before: dict[str, Any], after: dict[str, Any], peak_
                                "mean_ms": round(sum(values) / len(values) * 1e3, 2)}
     return {"seconds": round(seconds, 1), "hooks": hooks, "cpu_seconds": cpu,
             "peak_rss_mb": round(peak_rss_mb, 1), "apiserver_requests": {k: v for k, v in verbs.items() if v},
+            "apiserver_requests_by_resource": dict(sorted(by_resource.items(), key=lambda kv: -kv[1])),
             "loadavg_end": [round(x, 2) for x in after["loadavg"]]}
 
 
@@ -410,14 +434,31 @@ class Pass:
         self.state += f"; {ready_mds}/{len(self.mds)} deployments Ready"
         return len(mds) == len(self.mds) and ready_mds == len(mds)
 
-    def timed(self, name: str, action: Callable[[], None], done: Callable[[], bool], timeout: float) -> dict[str, Any]:
+    def replica_of(self, labels: dict[str, str]) -> tuple[str, str] | None:
+        """A Pod's (deployment, replica) for the turnover watch: our pod group."""
+        group = labels.get("kueue.x-k8s.io/pod-group-name")
+        deployment = labels.get("app.kubernetes.io/instance")
+        return (deployment, group) if group and deployment else None
+
+    def timed(self, name: str, action: Callable[[], None], done: Callable[[], bool], timeout: float,
+              watch: bool = False) -> dict[str, Any]:
         self.obs.reset_peak_rss()
+        turnovers = None
+        if watch:
+            turnovers = lws.TurnoverWatch(lambda: self.cp.http_client(timeout=30), NAMESPACE, self.replica_of,
+                                          WIDE_SIZE)
+            turnovers.start()
         before = self.obs.snapshot()
         action()
-        seconds = wait_for(f"{self.mode} {name}", done, timeout, self.interval, self.cp, lambda: self.state)
+        try:
+            seconds = wait_for(f"{self.mode} {name}", done, timeout, self.interval, self.cp, lambda: self.state)
+        finally:
+            rollout = turnovers.stop() if turnovers is not None else None
         after = self.obs.snapshot()
         report = phase_report(self.mode, before, after, self.obs.peak_rss_mb(), seconds)
         report["loadavg_start"] = [round(x, 2) for x in before["loadavg"]]
+        if rollout is not None:
+            report["rollout"] = rollout
         log(f"  {self.mode} {name}: {report['seconds']} s; hooks {report['hooks']}; cpu {report['cpu_seconds']}")
         return report
 
@@ -438,7 +479,7 @@ class Pass:
             lambda: self.converged(want, fps, 1), budget)
         result["edit"] = self.timed(
             "edit", lambda: self.cp.kubectl("apply", "-f", str(edit_file), timeout=300),
-            lambda: self.converged(want_edit, fps_edit, 2), budget * 2)
+            lambda: self.converged(want_edit, fps_edit, 2), budget * 2, watch=self.mode == "wide")
         result["delete"] = self.timed(
             "delete", lambda: self.cp.kubectl("delete", "-f", str(edit_file), "--wait=false", timeout=300),
             self.nothing_left, budget)
@@ -451,6 +492,85 @@ class Pass:
         left = self.obs.leftovers()
         self.state = ", ".join(f"{v} {k}" for k, v in left.items() if v)
         return not any(left.values())
+
+
+class LwsPass(Pass):
+    """LeaderWorkerSet on the wide shape: N LWS objects of WIDE_REPLICAS groups of WIDE_SIZE Pods,
+    the Pod template our render gives the wide shape's Pods; apply, image edit, delete."""
+
+    def __init__(self, obs: Observer, lwss: list[dict[str, Any]], edited_lwss: list[dict[str, Any]], work: Path,
+                 interval: float) -> None:
+        super().__init__(obs, "lws", [], {}, [], work, interval)
+        self.lwss = lwss
+        self.edited_lwss = edited_lwss
+
+    def replica_of(self, labels: dict[str, str]) -> tuple[str, str] | None:
+        name, group = labels.get(lws.LWS_NAME_LABEL), labels.get(lws.LWS_GROUP_LABEL)
+        return (name, group) if name and group is not None else None
+
+    def lws_converged(self, want_pods: int) -> bool:
+        rows = self.obs.pods(metadata=False)
+        ready = sum(1 for r in rows if _ready_cell(r["cells"].get("Ready")) and r["cells"].get("Status") != "Terminating")
+        self.state = f"{ready}/{want_pods} Pods Ready, {len(rows)} Pods"
+        if len(rows) != want_pods or ready != want_pods:
+            return False
+        response = self.obs.api.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NAMESPACE}/leaderworkersets")
+        response.raise_for_status()
+        items = orjson.loads(response.content)["items"]
+        done = sum(1 for i in items if (i.get("status") or {}).get("readyReplicas") == i["spec"]["replicas"]
+                   and (i.get("status") or {}).get("updatedReplicas") == i["spec"]["replicas"]
+                   and (i.get("status") or {}).get("observedGeneration", i["metadata"].get("generation"))
+                   == i["metadata"].get("generation"))
+        self.state += f"; {done}/{len(self.lwss)} LeaderWorkerSets updated and Ready"
+        return len(items) == len(self.lwss) and done == len(items)
+
+    def run(self) -> dict[str, Any]:
+        n = len(self.lwss)
+        apply_file = self.work / f"lws-apply-{n}.yaml"
+        edit_file = self.work / f"lws-edit-{n}.yaml"
+        apply_file.write_text(yaml.safe_dump_all(self.lwss))
+        edit_file.write_text(yaml.safe_dump_all(self.edited_lwss))
+        want = n * WIDE_REPLICAS * WIDE_SIZE
+        result: dict[str, Any] = {"pods": want}
+        budget = 300 + 1.5 * want
+        result["apply"] = self.timed("apply", lambda: self.cp.kubectl("apply", "-f", str(apply_file), timeout=300),
+                                     lambda: self.lws_converged(want), budget)
+        time.sleep(2 * self.interval)  # the LWS status settles (its last readyReplicas write)
+        result["edit"] = self.timed("edit", lambda: self.cp.kubectl("apply", "-f", str(edit_file), timeout=300),
+                                    lambda: self.lws_converged(want) and self.images_are(EDIT_IMAGE_SGLANG),
+                                    budget * 2, watch=True)
+        result["delete"] = self.timed(
+            "delete", lambda: self.cp.kubectl("delete", "-f", str(edit_file), "--wait=false", timeout=300),
+            self.nothing_left, budget)
+        return result
+
+    def images_are(self, image: str) -> bool:
+        response = self.obs.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        response.raise_for_status()
+        pods = orjson.loads(response.content)["items"]
+        stale = sum(1 for p in pods if any(c.get("image") != image for c in p["spec"]["containers"]))
+        self.state += f"; {stale} Pods of the old image"
+        return stale == 0
+
+    def nothing_left(self) -> bool:
+        left = self.obs.leftovers()
+        left["leaderworkersets"] = self.obs.count(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NAMESPACE}/leaderworkersets")
+        left["statefulsets"] = self.obs.count(f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets")
+        self.state = ", ".join(f"{v} {k}" for k, v in left.items() if v)
+        return not any(left.values())
+
+
+def lws_objects(n: int, renders: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """N LeaderWorkerSets with the Pod our render gives the wide shape's Pods, and their edits."""
+    wide = next(by_key for name, by_key in renders.items() if name.startswith("w") and name.endswith("-wide"))
+    render = next(iter(wide.values()))
+    pod = render["pods"]["server"]["0"][0]
+    objects = []
+    for i in range(n):
+        name = f"l{i:03d}-lws"
+        template = lws.pod_template(pod, {"app.kubernetes.io/name": "bench-lws"})
+        objects.append(lws.leader_worker_set(name, NAMESPACE, LWS_QUEUE, template, WIDE_REPLICAS, WIDE_SIZE))
+    return objects, [lws.with_image(o, EDIT_IMAGE_SGLANG) for o in objects]
 
 
 def dry_run(cp: e2e_cluster.ControlPlane, mds: list[dict[str, Any]], work: Path, tag: str) -> list[dict[str, Any]]:
@@ -479,11 +599,17 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
     results: dict[str, Any] = {"sizes": {}, "source": source,
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
-    cp = e2e_cluster.ControlPlane(nodes=(node_pool(),))
+    with_lws = "lws" in modes
+    cp = lws.LwsControlPlane(nodes=(node_pool(),)) if with_lws else e2e_cluster.ControlPlane(nodes=(node_pool(),))
+    results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
+                                                 else "defaults (20 qps, burst 30)")
     failed = True
     try:
         t0 = time.monotonic()
         cp.start()
+        if with_lws:
+            assert isinstance(cp, lws.LwsControlPlane)
+            cp.start_lws()
         op = md_operator.start_operator(cp)
         log(f"control plane and operator up in {time.monotonic() - t0:.0f} s; work dir {cp.work_dir}")
         it = instance_type()
@@ -506,22 +632,29 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
         obs = Observer(cp, op, baseline_port)
         wait_for("the baseline service", lambda: _healthy(obs, baseline_port), 60, 0.5, cp)
         for n in sizes:
-            mds = [deployment(i) for i in range(n)]
-            edits = [edited(md) for md in mds]
-            for tag, batch in (("apply", mds), ("edit", edits)):
-                stored = dry_run(cp, batch, work, f"{tag}-{n}")
-                for md, st in zip(batch, stored):
-                    renders["__keys__"][json.dumps(md, sort_keys=True)] = spec_key(st["spec"])
-                for name, by_key in precompute(stored, world).items():
-                    renders.setdefault(name, {}).update(by_key)
+            batches = {"mixed": [deployment(i) for i in range(n)], "wide": [deployment(i, "wide") for i in range(n)]}
+            edits = {shape: [edited(md) for md in mds] for shape, mds in batches.items()}
+            for shape in batches:
+                for tag, batch in (("apply", batches[shape]), ("edit", edits[shape])):
+                    stored = dry_run(cp, batch, work, f"{shape}-{tag}-{n}")
+                    for md, st in zip(batch, stored):
+                        renders["__keys__"][json.dumps(md, sort_keys=True)] = spec_key(st["spec"])
+                    for name, by_key in precompute(stored, world).items():
+                        renders.setdefault(name, {}).update(by_key)
             renders_file.write_bytes(orjson.dumps({k: v for k, v in renders.items() if k != "__keys__"}))
             interval = 1.0 if n <= 10 else 2.0
             results["sizes"][str(n)] = {}
             for mode in modes:
-                point_hooks(cp, op.hooks_port if mode == "operator" else baseline_port)
-                time.sleep(3)  # Metacontroller restarts the controller on the CompositeController's change
                 log(f"N={n} {mode}")
-                results["sizes"][str(n)][mode] = Pass(obs, mode, mds, renders, edits, work, interval).run()
+                if mode == "lws":
+                    lwss, lws_edits = lws_objects(n, renders)
+                    one = LwsPass(obs, lwss, lws_edits, work, interval).run()
+                else:
+                    point_hooks(cp, baseline_port if mode == "baseline" else op.hooks_port)
+                    time.sleep(3)  # Metacontroller restarts the controller on the CompositeController's change
+                    shape = "wide" if mode == "wide" else "mixed"
+                    one = Pass(obs, mode, batches[shape], renders, edits[shape], work, interval).run()
+                results["sizes"][str(n)][mode] = one
                 (out / "e2e-scale.partial.json").write_text(json.dumps(results, indent=1))
         results["baseline_stats"] = {k: v for k, v in obs.baseline_stats().items() if k != "calls"}
         failed = False
@@ -556,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100")
     parser.add_argument("--out", type=Path, default=ROOT / "bench")
-    parser.add_argument("--modes", default="operator,baseline")
+    parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--source", default=None, help="what code ran (default: this tree's git commit, +dirty)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
