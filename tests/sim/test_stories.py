@@ -599,3 +599,27 @@ def test_a_scale_step_the_pool_cannot_fit_queues_every_new_replica_and_keeps_the
     sim.settle(rounds=80)
     assert {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")} == survivors
     assert sim.status("pd-demo")["phase"] == vocab.PHASE_READY
+
+
+def test_a_replica_kueue_evicts_for_not_getting_ready_in_time_is_rebuilt_and_its_siblings_stay() -> None:
+    """The soak's node deleted and registered again with its Pods still bound: Kueue's topology-aware
+    placement put a new prefiller on that node, which could not take it, and its Pod stayed Pending
+    for ever. With Kueue's waitForPodsReady the Workload is evicted (PodsReadyTimeout) and requeued:
+    the operator rebuilds that replica as after any eviction, and the replicas that serve stay."""
+    sim = Sim(capacity={H20: 12})
+    sim.apply(pd())
+    running(sim, "pd-demo")
+    uids = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+    sim.set_replicas("pd-demo", "prefill", 3)
+    for _ in range(3):  # the new replica's Pod, its Workload, the checks: admitted and ungated
+        sim.sync("pd-demo")
+        sim.kueue()
+    group = sim.group("pd-demo", "prefill", 2)
+    assert admitted(sim.workloads[group])
+    stuck = {p["metadata"]["uid"] for p in sim.replica_pods("pd-demo", "prefill", 2)}
+    sim.evict(group, "PodsReadyTimeout", "Exceeded the PodsReady timeout team-a/" + group)
+    running(sim, "pd-demo")
+    assert sim.role_status("pd-demo", "prefill")["ready"] == 3
+    now = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
+    assert uids <= now and not stuck & now
+    sim.check_departure_events()
