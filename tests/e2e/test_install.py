@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 import cluster as e2e_cluster
+from dashboard_run import MetricsSampler
 from md_operator import NAMESPACE, REPO, Operator, _healthy, apply_world
 
 CHART = REPO / "charts" / "modeldeployment"
@@ -40,7 +41,7 @@ CHART_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by
 # kustomize stamps its namespace on kinds it does not know are cluster-scoped; the server ignores it.
 CLUSTER_SCOPED = {"CompositeController", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                   "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Namespace", "AdmissionCheck"}
-# Where a run's metrics samples go (docs/images/dashboard.png is drawn from them).
+# Where this run's metrics samples go (docs/images/dashboard.png comes from tests/e2e/dashboard_run.py).
 METRICS_SAMPLES = Path(os.environ.get("MODELDEPLOYMENT_METRICS_SAMPLES",
                                       REPO / ".e2e-work" / "install-metrics-samples.jsonl"))
 
@@ -292,40 +293,6 @@ def _service_account_kubeconfig(cp: e2e_cluster.ControlPlane, path: Path) -> Pat
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
-
-
-class MetricsSampler:
-    """Scrapes the operator's /metrics once a second into a JSON-lines file (the dashboard picture)."""
-
-    def __init__(self, client, url: str, path: Path) -> None:
-        import threading
-
-        self.client, self.url, self.path = client, url, path
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w") as out:
-            while not self._stop.is_set():
-                try:
-                    text = self.client.get(self.url, timeout=2).text
-                except Exception:  # noqa: BLE001 - a missed scrape is a gap, as in Prometheus
-                    text = None
-                if text is not None:
-                    out.write(json.dumps({"t": time.time(), "metrics": text}) + "\n")
-                    out.flush()
-                    self.samples += 1
-                self._stop.wait(1.0)
-
-    def __enter__(self) -> "MetricsSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 @pytest.fixture(scope="module")
