@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from app import vocab
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
-from app.api.v1 import ModelDeployment
+from app.api.v1 import ModelDeployment, Role
 from app.control import gang, status
 from app.control import observed as obs
 from app.control import bounds
@@ -22,7 +22,7 @@ from app.control.rollout import Action, RolePlan, plan_role, workload_delete
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names, tenant
-from app.render.pod import RenderError, RoleRender, instance_service, render_role, role_service
+from app.render.pod import Ports, RenderError, RoleRender, instance_service, render_role, role_service
 from app.render.router import needs_instance_services, render_router
 from app.world import World
 
@@ -59,7 +59,16 @@ def parse_parent(parent: KubeObject) -> ModelDeployment:
     return ModelDeployment.model_validate(parent)
 
 
-def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent]]:
+def _teardown_render(role: Role, failure: RenderError) -> RoleRender:
+    """A role a finalizing pass cannot render (its InstanceType deleted or malformed): nothing of it
+    is created again, so its Pods and Workloads are torn down by ordinal alone and a broken
+    InstanceType never wedges the finalizer (docs/metacontroller.md#finalize)."""
+    port = vocab.DEFAULT_SERVING_PORT
+    return RoleRender(role=role, image="", fingerprint="", ports=Ports(port, port, None, port), template={},
+                      hold=f"not rendered while the deployment is deleted: {failure}")
+
+
+def _render_roles(ctx: DeploymentContext, *, finalizing: bool = False) -> tuple[list[RoleRender], list[Intent]]:
     renders: list[RoleRender] = []
     events: list[Intent] = []
     failures: list[RenderError] = []
@@ -67,6 +76,9 @@ def _render_roles(ctx: DeploymentContext) -> tuple[list[RoleRender], list[Intent
         try:
             render = render_role(ctx, role)
         except RenderError as exc:
+            if finalizing:
+                renders.append(_teardown_render(role, exc))
+                continue
             failures.append(exc)
             continue
         renders.append(render)
@@ -162,7 +174,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     world = World.from_related(request.related)
     ctx = build_context(md, world, settings.options)
     finalizing = request.finalizing
-    renders, intents = _render_roles(ctx)
+    renders, intents = _render_roles(ctx, finalizing=finalizing)
     observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
 
     plans: list[RolePlan] = []

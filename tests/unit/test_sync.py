@@ -237,6 +237,22 @@ def test_finalize_answers_finalized_only_when_nothing_is_left():
     assert done.finalized is True
 
 
+def test_finalize_tears_down_a_role_whose_instance_type_is_gone():
+    """A deleted (or malformed) InstanceType must not wedge the finalizer: the deployment's Pods and
+    Workloads go by ordinal alone, without a render."""
+    md = parent("qwen-chat")
+    first = sync(md)
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    without_type = [o for o in world_objects() if o["kind"] != "InstanceType"]
+    with pytest.raises(SyncFailed):
+        sync(md, children=observed, world=without_type)  # a live pass still refuses to render
+    pending = sync(md, children=observed, world=without_type, finalizing=True)
+    assert pending.finalized is False and pods(pending) == []
+    deletes = sorted(i.name for i in pending.intents if type(i).__name__ == "DeleteWorkload")
+    assert deletes == sorted(names.pod_group("team-a", "qwen-chat", "server", o) for o in range(4))
+    assert sync(md, world=without_type, finalizing=True).finalized is True
+
+
 def result_phase(result):
     return result.status["phase"]
 
