@@ -251,7 +251,7 @@ fi
 
 # ---- helm ---------------------------------------------------------------------
 # `helm template` renders charts/modeldeployment for tests/e2e/test_install.py and the commands of
-# docs/operations.md ("With Helm"). Without a cluster, `helm template` and `helm lint` check a chart's
+# docs/operations.md#with-helm. Without a cluster, `helm template` and `helm lint` check a chart's
 # kubeVersion against the Kubernetes version compiled into helm, which a plain `go install` leaves at
 # v1.20.0 (helm.sh/helm/v3/pkg/chartutil's k8sVersionMajor/Minor defaults), refusing our
 # `kubeVersion: >=1.29.0-0`. A release binary gets it from helm's Makefile: major 1, minor the minor
