@@ -2,11 +2,19 @@
 # bench/e2e-scale: N ModelDeployments through the real Metacontroller, ours vs. a baseline hook
 # service, on the loopback control plane of tests/e2e (bench/e2e_scale.py; components from the
 # e2e cache, tests/e2e/components/build.sh). Rewrites bench/e2e-scale.{json,png} and the
-# e2e-scale section of bench/results.md. About 45 minutes for the default sizes on 2 cores.
-#   bench/e2e-scale.sh                          # N = 10, 50, 100
+# e2e-scale section of bench/results.md. Modes (--modes): operator and baseline on the three shapes,
+# wide (the operator on LeaderWorkerSet's shape) and lws (LeaderWorkerSet itself; bench/lws.py; built
+# by tests/e2e/components/build.sh lws, which this script runs first when lws is a mode).
+# About 90 minutes for the default sizes and modes on 2 quiet cores.
+#   bench/e2e-scale.sh                          # N = 10, 50, 100, every mode
 #   bench/e2e-scale.sh --sizes 10 --out /tmp/s  # a smoke run elsewhere
+#   bench/e2e-scale.sh --modes operator,baseline  # without LeaderWorkerSet
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install --quiet matplotlib
+case " $* " in
+  *" --modes "*) [[ " $* " == *lws* ]] && tests/e2e/components/build.sh lws >&2 ;;
+  *) tests/e2e/components/build.sh lws >&2 ;;
+esac
 exec "$PY" -m bench.e2e_scale "$@"

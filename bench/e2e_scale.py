@@ -4,9 +4,10 @@ controller-manager, scheduler, kwok nodes, Kueue, Metacontroller v4.17.2).
 
     bench/e2e-scale.sh [--sizes 10,50,100] [--out bench]
 
-For each N, twice on the same cluster — first with the operator answering Metacontroller's hooks,
-then with bench/e2e_scale_baseline.py (children precomputed from our render, answered after an
-orjson parse) — three phases are timed:
+For each N, on the same cluster — first with the operator answering Metacontroller's hooks, then
+with bench/e2e_scale_baseline.py (children precomputed from our render, answered after an orjson
+parse), then (modes `wide` and `lws`, bench/lws.py) the operator and LeaderWorkerSet on LWS's shape
+(one role of 5 replicas x size 2) — three phases are timed:
 
 - apply: `kubectl apply` of N deployments -> every Pod Ready and every deployment's phase Ready;
 - edit: a new image on every role of all N -> every Pod replaced by one of the new render, Ready;
@@ -14,7 +15,9 @@ orjson parse) — three phases are timed:
 
 Per phase: hook calls and p50/p99 (the operator's /metrics histogram; the baseline's own list),
 CPU-seconds of every process (/proc/<pid>/stat), the operator's peak RSS (VmHWM, reset per phase),
-API server requests by verb (apiserver_request_total deltas) and the load average. Every wait is
+API server requests by verb (apiserver_request_total deltas, also by verb and resource), during the
+edit of `wide` and `lws` each replica's downtime and the fewest Ready replicas (bench/lws.py,
+TurnoverWatch), and the load average. Every wait is
 bounded; the control plane is stopped (its processes killed) whatever happens.
 """
 

@@ -90,8 +90,9 @@ class Kube:
         except ApiError as exc:
             raise ClusterUnreachable(f"the API server refused to list {res.__name__}: {exc.status.message}") from exc
 
-    async def world_for(self, md: ModelDeployment) -> World:
-        """Every object one deployment's admission reads, fetched live (no cache decides admission).
+    async def world_for(self, md: ModelDeployment, *, instance_types_only: bool = False) -> World:
+        """Every object one deployment's admission reads, fetched live (no cache decides admission);
+        with `instance_types_only`, only its roles' InstanceTypes (what the mutating webhook reads).
 
         One round trip: the Binding names its pool and the pool its backend, so pools and backends
         (cluster-scoped and few) are listed beside the Binding rather than fetched after it."""
@@ -100,10 +101,10 @@ class Kube:
             async with asyncio.timeout(self.timeout):
                 reads: list[Any] = [self._get(InstanceTypeRes, name)
                                     for name in sorted({r.instance_type for r in md.spec.roles})]
-                if md.spec.model.artifact_ref is not None:
+                if not instance_types_only and md.spec.model.artifact_ref is not None:
                     reads.append(self._get(ArtifactRes, md.spec.model.artifact_ref.name, namespace))
                 lists: list[Any] = []
-                if md.spec.kv_cache is not None and md.spec.kv_cache.pool_ref.name:
+                if not instance_types_only and md.spec.kv_cache is not None and md.spec.kv_cache.pool_ref.name:
                     reads.append(self._get(BindingRes, md.spec.kv_cache.pool_ref.name, namespace))
                     lists = [self._list(KVCachePoolRes, vocab.KIND_KV_CACHE_POOL),
                              self._list(KVCacheBackendRes, vocab.KIND_KV_CACHE_BACKEND)]

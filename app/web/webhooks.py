@@ -27,14 +27,15 @@ from app.world import World
 router = APIRouter(prefix="/webhooks", tags=["admission"])
 
 
-def world_source(state: ServiceState | None) -> review.WorldSource:
-    """Cluster objects for one decision: the world directory when set, else the API server, read live."""
+def world_source(state: ServiceState | None, *, instance_types_only: bool = False) -> review.WorldSource:
+    """Cluster objects for one decision: the world directory when set, else the API server, read live
+    (only the roles' InstanceTypes with `instance_types_only`: all the mutating webhook's defaults read)."""
 
     async def source(md: ModelDeployment) -> World:
         if state is not None and state.directory_world is not None:
             return state.directory_world.snapshot()
         if state is not None and state.kube is not None:
-            return await state.kube.world_for(md)
+            return await state.kube.world_for(md, instance_types_only=instance_types_only)
         raise ClusterUnreachable("no API server is configured for the webhook (and no world directory is set)")
 
     return source
@@ -99,7 +100,8 @@ async def mutate(request: Request) -> Response:
     body = await _body(request)
     if not isinstance(body, dict):
         return body
-    return _answer("mutate", started, await review.mutate_review(body, world_source(_state(request))))
+    return _answer("mutate", started, await review.mutate_review(body, world_source(_state(request),
+                                                                                instance_types_only=True)))
 
 
 @router.post("/validate")

@@ -148,7 +148,7 @@ class UnreachableKube:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def world_for(self, md: ModelDeployment) -> World:
+    async def world_for(self, md: ModelDeployment, *, instance_types_only: bool = False) -> World:
         self.calls += 1
         raise ClusterUnreachable("the API server could not be reached: ConnectError")
 
@@ -162,9 +162,11 @@ class LiveKube:
     def __init__(self, world: World) -> None:
         self.world = world
         self.seen: list[str] = []
+        self.scopes: list[bool] = []
 
-    async def world_for(self, md: ModelDeployment) -> World:
+    async def world_for(self, md: ModelDeployment, *, instance_types_only: bool = False) -> World:
         self.seen.append(md.metadata.name)
+        self.scopes.append(instance_types_only)
         return self.world
 
     async def close(self) -> None:
@@ -214,6 +216,17 @@ def test_live_reads_decide(kube_client: TestClient) -> None:
     for obj in EXAMPLE_OBJECTS:
         assert kube_client.post("/webhooks/validate", json=review(obj)).json()["response"]["allowed"] is True
     assert kube.seen == [o["metadata"]["name"] for o in EXAMPLE_OBJECTS]
+    assert kube.scopes == [False] * len(EXAMPLE_OBJECTS)  # validation reads the whole world
+
+
+def test_the_mutating_webhook_reads_only_instance_types(kube_client: TestClient) -> None:
+    kube = LiveKube(World.of(load_yaml_objects(EXAMPLES / "world")))
+    kube_client.app.state.service.kube = kube  # type: ignore[attr-defined]
+    obj = copy.deepcopy(EXAMPLE_OBJECTS[-1])
+    obj["spec"]["roles"][0].pop("resources")
+    response = kube_client.post("/webhooks/mutate", json=review(obj)).json()["response"]
+    assert response["allowed"] is True and response.get("patch")
+    assert kube.scopes == [True]
 
 
 # --- fuzzing: never a 5xx, always a well-formed answer with the request's uid ---------------------

@@ -302,3 +302,40 @@ def test_the_recent_memory_is_bounded_in_size_and_age():
     assert recent.get("a") is None and recent.get("c") == 1
     now[0] = 10.0
     assert recent.get("c") is None
+
+
+def test_the_mutating_webhooks_read_asks_for_instance_types_only():
+    """Kube.world_for(instance_types_only=True): one GET per InstanceType, no artifact, Binding or lists."""
+    import copy as copy_
+    import pathlib
+
+    import httpx2
+    import yaml
+    from lightkube import KubeConfig
+
+    from app.api.v1 import ModelDeployment
+    from app.kube.client import Kube
+
+    config = KubeConfig.from_dict({
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"})
+    kube = Kube(config, timeout=1)
+    paths = []
+
+    async def send(request):
+        paths.append(request.url.path)
+        name = request.url.path.rsplit("/", 1)[-1]
+        body = {"apiVersion": "worker.gpustack.ai/v1", "kind": "InstanceType", "metadata": {"name": name}}
+        return httpx2.Response(200, json=body, request=request)
+
+    kube.client._client.send = send  # type: ignore[method-assign]
+    root = pathlib.Path(__file__).resolve().parents[2] / "examples"
+    pd = next(d for p in sorted((root / "deployments").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+              if d and d.get("kind") == "ModelDeployment" and (d.get("spec") or {}).get("kvCache"))
+    md = copy_.deepcopy(pd)
+    md["metadata"].setdefault("namespace", "team-a")
+    run(kube.world_for(ModelDeployment.model_validate(md), instance_types_only=True))
+    wanted = sorted({r["instanceType"] for r in md["spec"]["roles"]})
+    assert sorted(paths) == [f"/apis/worker.gpustack.ai/v1/instancetypes/{name}" for name in wanted]
+    run(kube.close())
