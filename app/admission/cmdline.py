@@ -20,11 +20,10 @@ from app import vocab
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
-from app.engines import owned
-from app.engines.common import kv_events_rendered
-from app.engines.registry import KV_CACHE_DTYPE_FLAG, engine_for, flags_for
+from app.engines import owned, takeover
+from app.engines.entry import KV_CACHE_DTYPE_FLAG
+from app.engines.registry import engine_for, flags_for
 from app.model.context import DeploymentContext, RenderOptions, build_context
-from app.render.pod import routing_proxy_rendered
 from app.world import World
 
 TAKE_OVER = "take over the command line with roles[].command"
@@ -54,7 +53,7 @@ def role_line(engine: str, role: Role) -> RoleLine | None:
     if role.managed:
         return RoleLine([engine_argv.expand_references(a, env) for a in role.extra_args], "extraArgs", 0)
     command = list(role.command or [])
-    args = engine_argv.engine_args_of_command(engine, command)
+    args = takeover.engine_args_of_command(engine, command)
     if args is None:
         return None
     offset = len(command) - len(args) if command[len(command) - len(args):] == args else None
@@ -200,7 +199,7 @@ def _context(subject: Subject) -> DeploymentContext:
 def _reserved_ports(subject: Subject, role: Role) -> dict[int, str]:
     ctx = _context(subject)
     reserved: dict[int, str] = {}
-    if kv_events_rendered(ctx, role):
+    if engine_for(subject.engine).kv_events_rendered(ctx, role):
         reason = "the KV-event {} port the operator declares on a routed vLLM role that produces cache blocks"
         reserved[vocab.KV_EVENTS_PORT] = reason.format("publisher")
         reserved[vocab.KV_EVENTS_REPLAY_PORT] = reason.format("replay")
@@ -222,7 +221,7 @@ def ports(subject: Subject) -> list[Refusal]:
     out: list[Refusal] = []
     for index, role in enumerate(subject.md.spec.roles):
         reserved = _reserved_ports(subject, role)
-        proxied = routing_proxy_rendered(ctx, role)
+        proxied = engine_for(engine).routing_proxy_rendered(ctx, role)
         external = role.ports[0].port if role.ports else vocab.DEFAULT_SERVING_PORT
         line = role_line(engine, role)
         reading = engine_argv.read_port(engine, line.args) if line is not None else engine_argv.PortReading(None)
@@ -311,7 +310,8 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
             continue
         parsed = engine_argv.parse_argv(engine, line.args)
         declared = [o for o in parsed.options if o.flag in table or o.flag == "--enable-expert-parallel"]
-        if not declared and not (engine == vocab.ENGINE_VLLM and vocab.ENV_VLLM_DP_SIZE in env):
+        dp_env = engine_for(engine).data_parallel_env
+        if not declared and not (dp_env is not None and dp_env in env):
             continue
         cards = _cards_per_pod(subject, role)
         if cards is None:
@@ -355,7 +355,7 @@ def idle_cards_notices(subject: Subject) -> list[Notice]:
             continue
         width = engine_argv.declared_width(reading.degrees, pods=role.size)
         if width < cards:
-            flag = "-tp" if engine == vocab.ENGINE_VLLM else "--tp-size"
+            flag = engine_for(engine).tensor_flag
             out.append(Notice(
                 role_path(index, line.field),
                 f"the engine's declared width is {width} card(s) per Pod, below the {cards} card(s) each Pod of role "

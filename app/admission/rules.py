@@ -23,11 +23,11 @@ from app.api.objects import KubeObject
 from app.api.v1 import Role
 from app.control import bounds
 from app.engines import router_flags
-from app.engines.common import leg_protocol, on_ascend, transfer_leg_rendered
-from app.engines.registry import ENGINES
+from app.engines.common import on_ascend, transfer_leg_rendered
+from app.engines.registry import ENGINES, engine_for
 from app.model.context import RenderOptions, backend_protocols, build_context
 from app.render import names, tenant
-from app.render.pod import role_ports, routing_proxy_rendered
+from app.render.pod import role_ports
 from app.world import World
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -610,7 +610,7 @@ def _binding_dtype(subject: Subject, binding: KVCachePoolBinding) -> list[Refusa
     engine = subject.engine
     if not dtype or not subject.kv_cache_dtype_owned or not any(r.managed for r in subject.md.spec.roles):
         return []
-    known = KV_CACHE_DTYPES[vocab.ENGINE_VLLM] | KV_CACHE_DTYPES[vocab.ENGINE_SGLANG]
+    known = frozenset().union(*KV_CACHE_DTYPES.values())
     accepted = KV_CACHE_DTYPES.get(engine, known)
     if dtype in known and dtype not in accepted:
         return [Refusal(
@@ -706,7 +706,7 @@ def fabric_interface(subject: Subject) -> list[Refusal]:
                 else:
                     protocols.add(sorted(offered)[0])
         if transfer_leg_rendered(ctx, role):
-            protocols.add(leg_protocol(ctx, role))
+            protocols.add(engine_for(subject.engine).leg_protocol(ctx, role))
         if {"rdma", "efa"} <= protocols:
             out.append(Refusal(path, f"the role renders both an RDMA and an EFA leg ({', '.join(sorted(protocols))}); "
                                "one interface key cannot serve both",
@@ -727,7 +727,7 @@ def ascend_transfer_protocol(subject: Subject) -> list[Refusal]:
     kvTransfer.protocol is refused."""
     transfer = subject.md.spec.kv_transfer
     if subject.world is None or transfer is None or transfer.protocol in vocab.ASCEND_TRANSFER_PROTOCOLS \
-            or subject.engine != vocab.ENGINE_VLLM:
+            or not engine_for(subject.engine).ascend_leg:
         return []
     ctx = build_context(subject.md, subject.world, RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
     ascend = [f"{r.name} ({r.instance_type})" for r in subject.md.spec.roles if on_ascend(ctx, r)]
@@ -735,7 +735,7 @@ def ascend_transfer_protocol(subject: Subject) -> list[Refusal]:
         return []
     return [Refusal("spec.kvTransfer.protocol",
                     f"{transfer.protocol} is not a transport of an Ascend pool, and role(s) {', '.join(ascend)} run "
-                    "vLLM on one, whose direct leg transfers over ascend",
+                    f"{subject.engine} on one, whose direct leg transfers over ascend",
                     "set spec.kvTransfer.protocol to CANN or Auto (or remove spec.kvTransfer)")]
 
 
@@ -755,7 +755,7 @@ def routed_ports(subject: Subject) -> list[Refusal]:
         return []
     ctx = build_context(md, subject.world or World(), RenderOptions(kv_cache_dtype_owned=subject.kv_cache_dtype_owned))
     engine = subject.engine
-    served = [(index, role, role_ports(engine, role, proxied=routing_proxy_rendered(ctx, role)).container)
+    served = [(index, role, role_ports(engine, role, proxied=engine_for(engine).routing_proxy_rendered(ctx, role)).container)
               for index, role in enumerate(md.spec.roles)]
     if len({port for _, _, port in served}) < 2:
         return []

@@ -13,7 +13,8 @@ from app import vocab
 from app.api.objects import KubeObject, ObservedGroups
 from app.api.v1 import ModelDeployment, RouterSpec
 from app.control.rollout import Action, RolePlan
-from app.engines.common import KV_EVENT_PRODUCER_KINDS, kv_events_off
+from app.engines.common import KV_EVENT_PRODUCER_KINDS
+from app.engines.registry import engine_of
 from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
 from app.render import names
@@ -107,7 +108,7 @@ def role_kinds_ready(ready_by_kind: dict[str, int]) -> ConditionValue:
 
 def kv_events_publishing(ctx: DeploymentContext, renders: list[RoleRender]) -> ConditionValue:
     t = vocab.COND_KV_EVENTS_PUBLISHING
-    off = kv_events_off(ctx)
+    off = engine_of(ctx.md).kv_events_off(ctx)
     if off == vocab.REASON_NO_ROUTER:
         return _cond(t, "False", off, "KV events are published only to a router; no spec.router")
     if off is not None:

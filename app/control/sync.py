@@ -114,7 +114,7 @@ def admitted_tenant_env(engine: str, env_names: Iterable[str]) -> list[str]:
     """The tenant-bearing variables among `env_names` that the webhook admits on `engine`: the render
     drops them (app.render.tenant) though the engine does not own them (app.engines.owned), e.g.
     MOONCAKE_TENANT_ID on vLLM, MOONCAKE_CONFIG_PATH on SGLang (docs/operations.md#what-each-port-trusts)."""
-    bearing = tenant.TENANT_ENV.get(engine, frozenset())
+    bearing = tenant.tenant_env(engine)
     owned = owned_env_names(engine)
     return [name for name in env_names if name in bearing and name not in owned]
 

@@ -22,7 +22,6 @@ rules below copy the parsers' behaviour, with the option tables of the engine re
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -301,85 +300,6 @@ def _is_value(flags: EngineFlags, token: str) -> bool:
 def parse_options(engine: str, argv: Sequence[str]) -> list[Option]:
     """The options of an argv as the engine reads them (positionals and unknowns skipped)."""
     return list(parse_argv(engine, argv).options)
-
-
-# --- Take-over commands -----------------------------------------------------------------------
-
-_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
-_PY_FLAGS_NO_ARG = frozenset(
-    {"-u", "-B", "-E", "-s", "-S", "-I", "-O", "-OO", "-q", "-P", "-b", "-bb", "-d", "-R", "-v"}
-)
-_PY_FLAGS_ARG = frozenset({"-X", "-W"})
-_VLLM_MODULES = {"vllm.entrypoints.openai.api_server": None, "vllm.entrypoints.cli.main": "serve"}
-_SGLANG_MODULES = {"sglang.launch_server": None, "sglang.cli.main": "serve"}
-_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def _python_module(argv: Sequence[str]) -> tuple[str, list[str]] | None:
-    """`python [flags] -m MODULE ARGS...` → (MODULE, ARGS), None for any other interpreter use."""
-    i = 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "-m":
-            return (argv[i + 1], list(argv[i + 2:])) if i + 1 < len(argv) else None
-        if tok in _PY_FLAGS_ARG:
-            i += 2
-        elif tok in _PY_FLAGS_NO_ARG or (tok[:2] in _PY_FLAGS_ARG and len(tok) > 2):
-            i += 1
-        else:
-            return None
-    return None
-
-
-def engine_args_of_command(engine: str, command: Sequence[str]) -> list[str] | None:
-    """The engine's own arguments in a take-over command, or None when admission cannot read it."""
-    argv = list(command)
-    if argv and os.path.basename(argv[0]) == "env":
-        argv = argv[1:]
-        while argv and _ENV_ASSIGNMENT.match(argv[0]):
-            argv = argv[1:]
-    if not argv:
-        return None
-    program = os.path.basename(argv[0])
-    if engine == vocab.ENGINE_VLLM:
-        if program == "vllm":
-            return argv[2:] if argv[1:2] == ["serve"] else None
-        modules = _VLLM_MODULES
-    elif engine == vocab.ENGINE_SGLANG:
-        if program == "sglang":
-            return _sglang_serve_args(argv[2:]) if argv[1:2] == ["serve"] else None
-        modules = _SGLANG_MODULES
-    else:
-        flags_for(engine)  # raises for an unknown engine
-        return None
-    if not _PYTHON.match(program):
-        return None
-    found = _python_module(argv)
-    if found is None or found[0] not in modules:
-        return None
-    module, args = found
-    subcommand = modules[module]
-    if subcommand is None:
-        return args
-    if args[:1] != [subcommand]:
-        return None
-    return args[1:] if engine == vocab.ENGINE_VLLM else _sglang_serve_args(args[1:])
-
-
-def _sglang_serve_args(args: list[str]) -> list[str]:
-    """`sglang serve` drops an exact `--model-type X` before the server parser sees the line."""
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] == "--model-type":
-            i += 2
-            continue
-        if args[i].startswith("--model-type="):
-            i += 1
-            continue
-        out.append(args[i])
-        i += 1
-    return out
 
 
 # --- Kubernetes $(VAR) references -------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 from app import vocab
 from app.api.v1 import Role
-from app.model.context import STORE_PROTOCOL, DeploymentContext
+from app.model.context import DeploymentContext
 
 # The store connector's kv_role (docs/rendering.md#kv-cache-attachment): a prefiller both saves to the store and loads the
 # prefixes the pool already holds, so it is kv_both like a Server; a decoder only loads.
@@ -63,21 +63,6 @@ def tenant(ctx: DeploymentContext) -> str:
 KV_EVENT_PRODUCER_KINDS = (vocab.ROLE_KIND_SERVER, vocab.ROLE_KIND_PREFILL)
 
 
-def kv_events_off(ctx: DeploymentContext) -> str | None:
-    """Why no role of the deployment publishes KV events (a KVEventsPublishing reason), or None:
-    only a vLLM deployment behind a router publishes them."""
-    if ctx.md.spec.router is None:
-        return vocab.REASON_NO_ROUTER
-    if ctx.md.spec.engine.name != vocab.ENGINE_VLLM:
-        return vocab.REASON_PUBLISHER_DISABLED
-    return None
-
-
-def kv_events_rendered(ctx: DeploymentContext, role: Role) -> bool:
-    """Routed vLLM roles that produce cache blocks publish KV events; decoders need not."""
-    return kv_events_off(ctx) is None and role.managed and role.kind in KV_EVENT_PRODUCER_KINDS
-
-
 def transfer_leg_rendered(ctx: DeploymentContext, role: Role) -> bool:
     """The direct prefill-to-decode leg: a routed pair's managed Prefill and Decode roles."""
     return ctx.routed_pair and role.managed and role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE)
@@ -92,24 +77,6 @@ def on_ascend(ctx: DeploymentContext, role: Role) -> bool:
     instance_type = ctx.world.instance_types.get(role.instance_type)
     manufacturer = instance_type.status.detail.manufacturer if instance_type is not None else None
     return (manufacturer or "").lower() == vocab.MANUFACTURER_ASCEND
-
-
-def leg_protocol(ctx: DeploymentContext, role: Role) -> str:
-    """The effective transport of the role's direct leg: `ascend` for vLLM on an Ascend pool
-    (docs/rendering.md#kv-cache-attachment)."""
-    if ctx.md.spec.engine.name == vocab.ENGINE_VLLM and on_ascend(ctx, role):
-        return STORE_PROTOCOL[ASCEND_PROTOCOL]
-    return ctx.transfer_protocol
-
-
-def role_protocols(ctx: DeploymentContext, role: Role) -> frozenset[str]:
-    """Transports this role's engine actually renders: the cache backend's and the direct leg's."""
-    protocols: set[str] = set()
-    if cache_rendered(ctx, role) and ctx.attachment is not None:
-        protocols.add(ctx.attachment.protocol)
-    if transfer_leg_rendered(ctx, role):
-        protocols.add(leg_protocol(ctx, role))
-    return frozenset(protocols)
 
 
 def model_source(ctx: DeploymentContext) -> tuple[str, dict[str, Any] | None, str | None]:

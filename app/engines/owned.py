@@ -1,6 +1,6 @@
 """The operator-owned keys (docs/rendering.md#owned-keys), per engine, and where an argv or env uses them. Pure.
 
-The keys themselves are in the engine registry (app/engines/registry.py).
+The keys themselves are in each engine's entry (app/engines/entry.py, listed in app/engines/registry.py).
 
 Why: the operator renders these arguments and variables itself; a user-supplied duplicate cannot be
 told apart from the operator's (or, for SGLang's Mooncake config sources, silently replaces the
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from app.engines.argv import parse_argv
-from app.engines.registry import API_KEY_FLAG, KV_CACHE_DTYPE_FLAG, engine_for
+from app.engines.entry import API_KEY_FLAG
+from app.engines.registry import engine_for
 
 
 def owned_flags(engine: str, *, kv_cache_dtype_owned: bool) -> frozenset[str]:
     """The canonical flags the operator owns on `engine`; `--kv-cache-dtype` only when asked."""
-    base = engine_for(engine).owned_flags
-    return base | {KV_CACHE_DTYPE_FLAG} if kv_cache_dtype_owned else base
+    return engine_for(engine).owned_flags_with(kv_cache_dtype_owned=kv_cache_dtype_owned)
 
 
 def owned_env_names(engine: str) -> frozenset[str]:

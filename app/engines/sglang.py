@@ -3,11 +3,14 @@
 SGLang's Mooncake store reads, in order, an extra-config argument, a config-path file, then the
 MOONCAKE_* environment. The operator sets neither of the first two: that is what selects the
 environment loader, the only one that can carry the Pod IP (`MOONCAKE_LOCAL_HOSTNAME`).
+
+`SGLANG` is SGLang's entry: its parser table, owned keys and rules (app/engines/entry.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final, Sequence
 
 from app import vocab
 from app.api.v1 import Role
@@ -20,6 +23,8 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
+from app.engines.entry import CommandShape, Engine
+from app.engines.flags import load_flags
 from app.model.context import DeploymentContext
 
 DISAGGREGATION_MODE = {vocab.ROLE_KIND_PREFILL: "prefill", vocab.ROLE_KIND_DECODE: "decode"}
@@ -89,3 +94,73 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
         argv += ["--kv-cache-dtype", dtype]
     out.argv = argv + list(role.extra_args)
     return out
+
+
+def serve_args(args: Sequence[str]) -> list[str]:
+    """`sglang serve` drops an exact `--model-type X` before the server parser sees the line."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--model-type":
+            i += 2
+            continue
+        if args[i].startswith("--model-type="):
+            i += 1
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+SGLANG: Final = Engine(
+    name=vocab.ENGINE_SGLANG,
+    flags=load_flags("sglang-0.5.23.json", engine=vocab.ENGINE_SGLANG, underscores_to_dashes=False,
+                     dotted_members=False),
+    render=render,
+    owned_flags=frozenset(
+        {
+            "--hicache-storage-backend",
+            "--hicache-storage-backend-extra-config",
+            "--disaggregation-mode",
+            "--disaggregation-transfer-backend",
+            "--disaggregation-bootstrap-port",
+        }
+    ),
+    owned_env=frozenset(
+        {
+            vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH,
+            vocab.ENV_MOONCAKE_MASTER,
+            vocab.ENV_MOONCAKE_TE_META_DATA_SERVER,
+            vocab.ENV_MOONCAKE_PROTOCOL,
+            vocab.ENV_MOONCAKE_DEVICE,
+            vocab.ENV_MOONCAKE_GLOBAL_SEGMENT_SIZE,
+            vocab.ENV_MOONCAKE_LOCAL_HOSTNAME,
+            vocab.ENV_MOONCAKE_TENANT_ID,
+            *vocab.REPLICA_ENV,
+        }
+    ),
+    # SGLang reads its config path before the MOONCAKE_* environment.
+    tenant_env=frozenset({vocab.ENV_MOONCAKE_TENANT_ID, vocab.ENV_MOONCAKE_CONFIG_PATH,
+                          vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH}),
+    tenant_flags=frozenset({"--hicache-storage-backend-extra-config"}),
+    # SGLang 0.5.23 reads its API key from `--api-key` only.
+    api_key_env=frozenset(),
+    degree_flags=MappingProxyType(
+        {
+            "--tp-size": "tensor",
+            "--pp-size": "pipeline",
+            "--dp-size": "data",
+            "--ep-size": "expert",
+            "--attn-dp-size": "attention_data",
+            "--dcp-size": "decode_context",
+            "--nnodes": "nnodes",
+        }
+    ),
+    kv_cache_dtypes=frozenset({"auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"}),
+    command=CommandShape(
+        program="sglang",
+        modules=MappingProxyType({"sglang.launch_server": None, "sglang.cli.main": "serve"}),
+        serve_args=serve_args,
+    ),
+    tensor_flag="--tp-size",
+)

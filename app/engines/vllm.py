@@ -1,8 +1,10 @@
-"""vLLM: the managed command line, the Mooncake client file, KV events and the direct leg."""
+"""vLLM: the managed command line, the Mooncake client file, KV events and the direct leg, and
+vLLM's entry (`VLLM`: its parser table, owned keys and rules; app/engines/entry.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from app import vocab
 from app.api.v1 import Role
@@ -13,14 +15,14 @@ from app.engines.common import (
     cache_rendered,
     compact_json,
     dtype_rendered,
-    kv_events_rendered,
-    leg_protocol,
     model_arguments,
     on_ascend,
     tenant,
     transfer_leg_rendered,
     value_env,
 )
+from app.engines.entry import CommandShape, Engine
+from app.engines.flags import load_flags
 from app.model.context import DeploymentContext
 
 STORE_CONNECTOR = "MooncakeStoreConnector"
@@ -67,7 +69,7 @@ def direct_connector(ctx: DeploymentContext, role: Role) -> dict[str, Any]:
     """The direct P/D leg, told its effective transport (else it runs on the engine's default one)."""
     name = ASCEND_DIRECT_CONNECTOR if on_ascend(ctx, role) else DIRECT_CONNECTOR
     return {"kv_connector": name, "kv_role": LEG_KV_ROLE[role.kind],
-            "kv_connector_extra_config": {"mooncake_protocol": leg_protocol(ctx, role)}}
+            "kv_connector_extra_config": {"mooncake_protocol": VLLM.leg_protocol(ctx, role)}}
 
 
 def store_connector(ctx: DeploymentContext, role: Role) -> dict[str, Any]:
@@ -107,7 +109,7 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
     transfer = kv_transfer_config(ctx, role)
     if transfer is not None:
         argv += ["--kv-transfer-config", compact_json(transfer)]
-    if kv_events_rendered(ctx, role):
+    if VLLM.kv_events_rendered(ctx, role):
         argv += ["--kv-events-config", compact_json(kv_events_config())]
         out.ports += [("kv-events", vocab.KV_EVENTS_PORT), ("kv-replay", vocab.KV_EVENTS_REPLAY_PORT)]
     dtype = dtype_rendered(ctx, role)
@@ -129,9 +131,45 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
     if transfer_leg_rendered(ctx, role):
         out.env.append(value_env(vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, str(vocab.PREFILL_BOOTSTRAP_PORT)))
         out.defaulted_env.setdefault(vocab.ENV_MC_TE_METRIC, "1")
-        if leg_protocol(ctx, role) == "tcp":
+        if VLLM.leg_protocol(ctx, role) == "tcp":
             out.defaulted_env[vocab.ENV_MC_FORCE_TCP] = "1"
         if role.kind == vocab.ROLE_KIND_PREFILL:
             out.ports.append(("bootstrap", vocab.PREFILL_BOOTSTRAP_PORT))
     out.argv = argv + list(role.extra_args)
     return out
+
+
+VLLM: Final = Engine(
+    name=vocab.ENGINE_VLLM,
+    flags=load_flags("vllm-0.33.0.json", engine=vocab.ENGINE_VLLM, underscores_to_dashes=True, dotted_members=True),
+    render=render,
+    owned_flags=frozenset({"--kv-transfer-config", "--kv-events-config"}),
+    owned_env=frozenset(
+        {vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_VLLM_MOONCAKE_BOOTSTRAP_PORT, *vocab.REPLICA_ENV}
+    ),
+    # The store client reads its tenant from the file MOONCAKE_CONFIG_PATH names.
+    tenant_env=frozenset({vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_MOONCAKE_TENANT_ID}),
+    tenant_flags=frozenset({"--kv-transfer-config"}),
+    api_key_env=frozenset({vocab.ENV_VLLM_API_KEY}),
+    degree_flags=MappingProxyType(
+        {
+            "--tensor-parallel-size": "tensor",
+            "--pipeline-parallel-size": "pipeline",
+            "--data-parallel-size": "data",
+            "--data-parallel-size-local": "data_local",
+            "--decode-context-parallel-size": "decode_context",
+            "--prefill-context-parallel-size": "prefill_context",
+            "--nnodes": "nnodes",
+        }
+    ),
+    kv_cache_dtypes=frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}),
+    command=CommandShape(
+        program="vllm",
+        modules=MappingProxyType({"vllm.entrypoints.openai.api_server": None, "vllm.entrypoints.cli.main": "serve"}),
+    ),
+    tensor_flag="-tp",
+    data_parallel_env=vocab.ENV_VLLM_DP_SIZE,
+    publishes_kv_events=True,
+    ascend_leg=True,
+    proxied_decoder=True,
+)

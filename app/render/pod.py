@@ -18,8 +18,9 @@ from app.api.cluster import InstanceType
 from app.api.objects import KubeObject
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
-from app.engines import sglang, vllm
-from app.engines.common import EngineRender, cache_rendered, kv_events_rendered, role_protocols
+from app.engines import takeover
+from app.engines.common import EngineRender, cache_rendered
+from app.engines.registry import engine_of
 from app.model.context import DeploymentContext
 from app.render import labels, names, tenant
 from app.render.image import ImageChoice, ImageError, role_image
@@ -73,7 +74,7 @@ class RoleRender:
 
 def user_port(engine: str, role: Role) -> int | None:
     """The --port the engine will read from the role's own arguments, if any."""
-    args = role.extra_args if role.managed else (engine_argv.engine_args_of_command(engine, role.command or []) or [])
+    args = role.extra_args if role.managed else (takeover.engine_args_of_command(engine, role.command or []) or [])
     reading = engine_argv.read_port(engine, args)
     return reading.port
 
@@ -92,12 +93,6 @@ def role_ports(engine: str, role: Role, *, proxied: bool = False) -> Ports:
     if own is not None:
         return Ports(service=external, container=own, filled=None, engine=own)
     return Ports(service=external, container=external, filled=external if role.managed else None, engine=external)
-
-
-def routing_proxy_rendered(ctx: DeploymentContext, role: Role) -> bool:
-    """A managed vLLM decoder in a routed pair runs the routing proxy in front of the engine."""
-    return (ctx.routed_pair and role.managed and role.kind == vocab.ROLE_KIND_DECODE
-            and ctx.md.spec.engine.name == vocab.ENGINE_VLLM)
 
 
 # What every unprivileged container of an engine Pod runs with (docs/engines.md#pod-security).
@@ -144,8 +139,7 @@ def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str,
 def _engine_render(ctx: DeploymentContext, role: Role, ports: Ports) -> EngineRender:
     if not role.managed:
         return EngineRender(argv=list(role.command or []))
-    render_engine = vllm.render if ctx.md.spec.engine.name == vocab.ENGINE_VLLM else sglang.render
-    return render_engine(ctx, role, listen_port=ports.filled)
+    return engine_of(ctx.md).render(ctx, role, listen_port=ports.filled)
 
 
 def _env(role: Role, engine: EngineRender) -> list[dict[str, Any]]:
@@ -246,13 +240,13 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
             f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} has not published its Kueue "
             f"entrance (status.entrance) yet; Pods are created once it does", resolves_later=True)
     engine = ctx.md.spec.engine.name
-    proxied = routing_proxy_rendered(ctx, role)
+    proxied = engine_of(ctx.md).routing_proxy_rendered(ctx, role)
     ports = role_ports(engine, role, proxied=proxied)
     # The user's arguments, env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
     guarded = tenant.guard(engine, cache_rendered(ctx, role), role)
     rendered = _engine_render(ctx, guarded.role, ports)
     try:
-        resources = pod_resources(role.resources, instance_type, role_protocols(ctx, role))
+        resources = pod_resources(role.resources, instance_type, engine_of(ctx.md).role_protocols(ctx, role))
     except ResourceError as exc:
         raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=exc.resolves_later) from exc
     volumes, mounts = _volumes(guarded.role, rendered)
@@ -316,7 +310,7 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         hold = ctx.artifact.message
     return RoleRender(role=role, image=choice.image, fingerprint=fingerprint, ports=ports, template=template,
                       hold=hold, skipped_runtime_versions=choice.skipped_runtime_versions,
-                      runtime_version=choice.runtime_version, kv_events=kv_events_rendered(ctx, role),
+                      runtime_version=choice.runtime_version, kv_events=engine_of(ctx.md).kv_events_rendered(ctx, role),
                       tenant_keys_ignored=guarded.ignored)
 
 

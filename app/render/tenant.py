@@ -8,7 +8,8 @@ while the webhook was bypassed). So on a role whose cache the operator renders, 
 tenant-bearing variables, the arguments that replace the client configuration (vLLM's
 `--kv-transfer-config`, SGLang's `--hicache-storage-backend-extra-config`, in every spelling) and
 any mount at, over or under the client configuration are dropped from the render, and the caller
-records a warning Event naming each (`ignored`).
+records a warning Event naming each (`ignored`). Which variables and arguments bear the tenant is
+the engine's (`Engine.tenant_env`, `Engine.tenant_flags`, app/engines/entry.py).
 """
 
 from __future__ import annotations
@@ -19,22 +20,15 @@ from dataclasses import dataclass
 from app import vocab
 from app.api.v1 import Role
 from app.engines.argv import parse_argv
+from app.engines.registry import engine_for
 
-# Per engine, the variables that carry or select the tenant: the store client reads its tenant
-# from them (SGLang reads its config path before the MOONCAKE_* environment).
-TENANT_ENV: dict[str, frozenset[str]] = {
-    vocab.ENGINE_VLLM: frozenset({vocab.ENV_MOONCAKE_CONFIG_PATH, vocab.ENV_MOONCAKE_TENANT_ID}),
-    vocab.ENGINE_SGLANG: frozenset({vocab.ENV_MOONCAKE_TENANT_ID, vocab.ENV_MOONCAKE_CONFIG_PATH,
-                                    vocab.ENV_SGLANG_HICACHE_MOONCAKE_CONFIG_PATH}),
-}
-# Per engine, the arguments that carry or replace the store client's configuration (every spelling
-# the engine reads as them; an owned flag the operator renders, which a later duplicate overrides).
-TENANT_FLAGS: dict[str, frozenset[str]] = {
-    vocab.ENGINE_VLLM: frozenset({"--kv-transfer-config"}),
-    vocab.ENGINE_SGLANG: frozenset({"--hicache-storage-backend-extra-config"}),
-}
 # Where the client configuration lives (the directory and its file).
 TENANT_PATHS = (vocab.KVCACHE_CONFIG_DIR, vocab.KVCACHE_CONFIG_PATH)
+
+
+def tenant_env(engine: str) -> frozenset[str]:
+    """The variables that carry or select the tenant on `engine` (the guard drops a user's own)."""
+    return engine_for(engine).tenant_env
 
 
 def path_relation(mount_path: str, owned: str) -> str | None:
@@ -63,7 +57,7 @@ def owned_path_conflict(mount_path: str, owned_paths: tuple[str, ...]) -> tuple[
 
 def tenant_arguments(engine: str, argv: list[str]) -> tuple[list[str], list[str]]:
     """(argv without the tenant-bearing arguments and their values, what was dropped)."""
-    flags = TENANT_FLAGS.get(engine, frozenset())
+    flags = engine_for(engine).tenant_flags
     dropped_indexes: set[int] = set()
     dropped: list[str] = []
     for option in parse_argv(engine, argv).options:
@@ -87,11 +81,11 @@ def guard(engine: str, cache_rendered: bool, role: Role) -> Guarded:
     """The role without the user's tenant-bearing keys, when the operator renders the tenant."""
     if not cache_rendered:
         return Guarded(role)
-    tenant_env = TENANT_ENV.get(engine, frozenset())
+    bearing = tenant_env(engine)
     extra_args, ignored = tenant_arguments(engine, list(role.extra_args))
     env = []
     for index, entry in enumerate(role.env):
-        if entry.name in tenant_env:
+        if entry.name in bearing:
             ignored.append(f"env[{index}] {entry.name}")
         else:
             env.append(entry)

@@ -8,7 +8,10 @@ from hypothesis import strategies as st
 
 from app import vocab
 from app.engines import argv as A
-from app.engines.registry import ENGINES, SGLANG, VLLM, flags_for
+from app.engines.registry import ENGINES, flags_for
+from app.engines.sglang import SGLANG
+from app.engines.takeover import engine_args_of_command
+from app.engines.vllm import VLLM
 
 V = vocab.ENGINE_VLLM
 S = vocab.ENGINE_SGLANG
@@ -271,7 +274,7 @@ def test_option_records_spelling_index_and_negation():
     ],
 )
 def test_engine_args_of_command(engine, command, expected):
-    assert A.engine_args_of_command(engine, command) == expected
+    assert engine_args_of_command(engine, command) == expected
 
 
 # --- Degrees ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from app import vocab
 from app.engines import owned as O
+from app.engines.entry import API_KEY_FLAG, KV_CACHE_DTYPE_FLAG
 from app.engines.argv import parse_argv
 from app.engines.registry import engine_for, flags_for
 
@@ -19,8 +20,8 @@ S = vocab.ENGINE_SGLANG
 def test_owned_keys_exist_in_the_engine_parser(engine):
     flags = flags_for(engine)
     assert engine_for(engine).owned_flags <= flags.options
-    assert O.KV_CACHE_DTYPE_FLAG in flags.options
-    assert O.API_KEY_FLAG in flags.options
+    assert KV_CACHE_DTYPE_FLAG in flags.options
+    assert API_KEY_FLAG in flags.options
 
 
 @pytest.mark.parametrize(
