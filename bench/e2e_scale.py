@@ -467,9 +467,9 @@ class Pass:
 
     def run(self) -> dict[str, Any]:
         n = len(self.mds)
-        apply_file = self.work / f"apply-{n}.yaml"
+        apply_file_ = self.work / f"apply-{n}.yaml"
         edit_file = self.work / f"edit-{n}.yaml"
-        apply_file.write_text(yaml.safe_dump_all(self.mds))
+        apply_file_.write_text(yaml.safe_dump_all(self.mds))
         edit_file.write_text(yaml.safe_dump_all(self.edited))
         keys = {md["metadata"]["name"]: k for md, k in zip(self.mds, self.stored_keys(self.mds))}
         edit_keys = {md["metadata"]["name"]: k for md, k in zip(self.edited, self.stored_keys(self.edited))}
@@ -478,13 +478,13 @@ class Pass:
         result: dict[str, Any] = {"pods": want}
         budget = 300 + 1.5 * want  # seconds: a bound, far above what a run takes
         result["apply"] = self.timed(
-            "apply", lambda: self.cp.kubectl("apply", "-f", str(apply_file), timeout=300),
+            "apply", lambda: apply_file(self.cp, apply_file_),
             lambda: self.converged(want, fps, 1), budget)
         result["edit"] = self.timed(
-            "edit", lambda: self.cp.kubectl("apply", "-f", str(edit_file), timeout=300),
+            "edit", lambda: apply_file(self.cp, edit_file),
             lambda: self.converged(want_edit, fps_edit, 2), budget * 2, watch=self.mode == "wide")
         result["delete"] = self.timed(
-            "delete", lambda: self.cp.kubectl("delete", "-f", str(edit_file), "--wait=false", timeout=300),
+            "delete", lambda: apply_file(self.cp, edit_file, "delete", "--wait=false", "--ignore-not-found"),
             self.nothing_left, budget)
         return result
 
@@ -529,21 +529,21 @@ class LwsPass(Pass):
 
     def run(self) -> dict[str, Any]:
         n = len(self.lwss)
-        apply_file = self.work / f"lws-apply-{n}.yaml"
+        apply_file_ = self.work / f"lws-apply-{n}.yaml"
         edit_file = self.work / f"lws-edit-{n}.yaml"
-        apply_file.write_text(yaml.safe_dump_all(self.lwss))
+        apply_file_.write_text(yaml.safe_dump_all(self.lwss))
         edit_file.write_text(yaml.safe_dump_all(self.edited_lwss))
         want = n * WIDE_REPLICAS * WIDE_SIZE
         result: dict[str, Any] = {"pods": want}
         budget = 300 + 1.5 * want
-        result["apply"] = self.timed("apply", lambda: self.cp.kubectl("apply", "-f", str(apply_file), timeout=300),
+        result["apply"] = self.timed("apply", lambda: apply_file(self.cp, apply_file_),
                                      lambda: self.lws_converged(want), budget)
         time.sleep(2 * self.interval)  # the LWS status settles (its last readyReplicas write)
-        result["edit"] = self.timed("edit", lambda: self.cp.kubectl("apply", "-f", str(edit_file), timeout=300),
+        result["edit"] = self.timed("edit", lambda: apply_file(self.cp, edit_file),
                                     lambda: self.lws_converged(want) and self.images_are(EDIT_IMAGE_SGLANG),
                                     budget * 2, watch=True)
         result["delete"] = self.timed(
-            "delete", lambda: self.cp.kubectl("delete", "-f", str(edit_file), "--wait=false", timeout=300),
+            "delete", lambda: apply_file(self.cp, edit_file, "delete", "--wait=false", "--ignore-not-found"),
             self.nothing_left, budget)
         return result
 
@@ -574,6 +574,17 @@ def lws_objects(n: int, renders: dict[str, Any]) -> tuple[list[dict[str, Any]], 
         template = lws.pod_template(pod, {"app.kubernetes.io/name": "bench-lws"})
         objects.append(lws.leader_worker_set(name, NAMESPACE, LWS_QUEUE, template, WIDE_REPLICAS, WIDE_SIZE))
     return objects, [lws.with_image(o, EDIT_IMAGE_SGLANG) for o in objects]
+
+
+def apply_file(cp: e2e_cluster.ControlPlane, path: Path, *verb: str) -> None:
+    """`kubectl apply -f` (or another verb), once more when the API server lost a webhook's answer (an EOF
+    on a connection the webhook server closed as it was reused): apply and delete are idempotent."""
+    args = verb or ("apply",)
+    try:
+        cp.kubectl(*args, "-f", str(path), timeout=300)
+    except e2e_cluster.KubectlError as exc:
+        log(f"    kubectl {' '.join(args)} failed, once more: {str(exc)[-300:]}")
+        cp.kubectl(*args, "-f", str(path), timeout=300)
 
 
 def dry_run(cp: e2e_cluster.ControlPlane, mds: list[dict[str, Any]], work: Path, tag: str) -> list[dict[str, Any]]:

@@ -142,6 +142,38 @@ def lws_section(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+GOAL_WEBHOOK_P99_RATIO = 3.0
+
+
+def webhook_section(results: dict[str, Any]) -> list[str]:
+    """bench/webhooks.py's live-read latency (run_apiserver), when the run carries it."""
+    runs = results.get("webhooks_apiserver") or []
+    if isinstance(runs, dict):
+        runs = [runs]
+    runs = [r for r in runs if r.get("available")]
+    if not runs:
+        return []
+    lines = ["", "### Webhook latency against the real API server", "",
+             "bench/webhooks.py run_apiserver (etcd + kube-apiserver from the e2e cache, the service reading live "
+             "through `Kube.world_for`; the mutating webhook reads only the roles' InstanceTypes), 600 sequential "
+             "reviews each; `API server GET` is one GET of an InstanceType in the same rounds. Goal: validate "
+             f"pd-pair p99 within {GOAL_WEBHOOK_P99_RATIO:g}x the GET's p99.", "",
+             "| run (load average at its end) | review | p50 ms | p99 ms | p99 / GET p99 | goal |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in runs:
+        latency = r["latency"]
+        get = latency["API server GET"]["p99_ms"]
+        when = f"{r.get('when', '')} ({', '.join(f'{x:.1f}' for x in r.get('loadavg_end', []))})"
+        for name, row in latency.items():
+            ratio = row["p99_ms"] / get if name != "API server GET" else None
+            goal = ""
+            if name == "validate pd-pair" and ratio is not None:
+                goal = "met" if ratio <= GOAL_WEBHOOK_P99_RATIO else "**not met**"
+            lines.append(f"| {when} | {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | "
+                         f"{'' if ratio is None else f'{ratio:.2f}x'} | {goal} |")
+    return lines
+
+
 def profile_section(results: dict[str, Any]) -> list[str]:
     """Where ours and the baseline differ most, by verb and resource, at the largest N."""
     sizes = _sizes(results)
@@ -233,6 +265,7 @@ def section(results: dict[str, Any]) -> str:
                          + " | ".join(f"{c:,}" for c in counts) + " |")
     lines += profile_section(results)
     lines += lws_section(results)
+    lines += webhook_section(results)
     peak = [max(results["sizes"][str(n)]["operator"][p]["peak_rss_mb"] for p in PHASES) for n in sizes]
     if peak:
         lines += ["", f"The operator's peak RSS (VmHWM, largest over the phases): "
