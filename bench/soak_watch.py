@@ -47,6 +47,7 @@ from bench.soak_ledger import Ledger
 from bench.soak_world import NAMESPACE, PREEMPTOR_LABEL, Shape
 
 TICK_SECONDS = 0.5
+SLUGGISH_SECONDS = 3.0  # an observation slower than this: the API server is not answering in time
 CHILDREN_EVERY = 4  # ticks between reads of Services and router objects (and Nodes)
 EVENTS_EVERY = 10
 METRICS_EVERY = 5  # probes between reads of the operator's metrics
@@ -151,6 +152,9 @@ class Watcher:
         self.latest: Observation | None = None
         self.tick = 0
         self.read_failures = 0
+        # Spans (soak seconds) in which the API server did not answer our reads in time: a webhook
+        # that answers 503 "the API server could not be reached" then says the truth.
+        self.sluggish: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="soak-watcher", daemon=True)
         self._prober = threading.Thread(target=self._probe, name="soak-prober", daemon=True)
@@ -213,6 +217,7 @@ class Watcher:
                 obs = self.observe()
             except (httpx.HTTPError, OSError, KeyError, ValueError) as exc:
                 self.read_failures += 1
+                self.sluggish.append((self.ledger.now() - (time.monotonic() - began), self.ledger.now()))
                 if self.read_failures % 20 == 1:
                     print(f"[soak] observation failed ({type(exc).__name__}: {exc}); retrying", flush=True)
                 self._stop.wait(TICK_SECONDS)
@@ -228,6 +233,8 @@ class Watcher:
                 hook(obs)
             spent = time.monotonic() - began
             self.tick_seconds.append(spent)
+            if spent > SLUGGISH_SECONDS:
+                self.sluggish.append((obs.t0, obs.t1))
             self._stop.wait(max(0.0, TICK_SECONDS - spent))
 
     # --- reads --------------------------------------------------------------------------------------
@@ -389,6 +396,10 @@ class Watcher:
         return ""
 
     # --- invariants ---------------------------------------------------------------------------------
+
+    def api_sluggish(self, start: float, end: float, margin: float = 5.0) -> bool:
+        """Whether our own reads found the API server failing or slow within [start, end]."""
+        return any(a - margin <= end and start <= b + margin for a, b in list(self.sluggish))
 
     def instance_ready(self, pods: list[dict[str, Any]], size: int) -> bool:
         live = [p for p in pods if not deleting(p)]
@@ -620,6 +631,9 @@ class Watcher:
                 except ValueError:
                     code = 599
             self.probes[f"{path} {code}"] += 1
+            if code == 503 and self.api_sluggish(sent, got):
+                self.probes[f"{path} 503 while the API server was slow"] += 1
+                continue
             if code >= 500 and not self.ledger.was_down("operator", sent, got) \
                     and not self.ledger.was_down("kube-apiserver", sent, got):
                 self.ledger.violation("webhook-5xx", f"{path} answered {code} while the operator and the API server "
