@@ -602,10 +602,11 @@ def test_a_scale_step_the_pool_cannot_fit_queues_every_new_replica_and_keeps_the
 
 
 def test_a_replica_kueue_evicts_for_not_getting_ready_in_time_is_rebuilt_and_its_siblings_stay() -> None:
-    """The soak's node deleted and registered again with its Pods still bound: Kueue's topology-aware
-    placement put a new prefiller on that node, which could not take it, and its Pod stayed Pending
-    for ever. With Kueue's waitForPodsReady the Workload is evicted (PodsReadyTimeout) and requeued:
-    the operator rebuilds that replica as after any eviction, and the replicas that serve stay."""
+    """The soak's node faults (bench/soak.md, bug 3): Kueue's failed-node replacement re-assigned the
+    Workloads on a NotReady node while their Pods stayed where they were, and the next replica Kueue
+    placed by that accounting stayed Pending for ever. The simulator places no Pods on nodes; this is
+    the operator's half: when Kueue evicts a replica that never got Ready (waitForPodsReady's
+    PodsReadyTimeout), the operator rebuilds it as after any eviction and the serving ones stay."""
     sim = Sim(capacity={H20: 12})
     sim.apply(pd())
     running(sim, "pd-demo")
