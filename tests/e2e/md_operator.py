@@ -37,9 +37,18 @@ class Operator:
     hooks_port: int
 
     def stop(self) -> None:
-        self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "modeldeploymentscaler", "--wait=false",
-                        check=False)
-        self.cp.stop_process("operator")
+        """Uninstall in the documented order (docs/operations.md#uninstall-the-reverse-order-leaving-nothing-stuck):
+        the deployments and scalers first, their finalize passes answered, then the CompositeControllers, then
+        the operator. Deleting a CompositeController while one of its parents finalizes crashed Metacontroller
+        v4.17.2 (a nil parent after its finalizer removal, composite/controller.go makeSelector)."""
+        self.cp.kubectl("delete", "mds,md", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+        try:
+            self.wait("every deployment of the module to be gone",
+                      lambda: not self.get("md", "-n", NAMESPACE)["items"], 180, 1)
+        finally:
+            self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "modeldeploymentscaler",
+                            "--wait=false", check=False)
+            self.cp.stop_process("operator")
 
     def wait_listening(self) -> None:
         client = self.cp.http_client()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import subprocess
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -410,22 +411,43 @@ def test_deletion_goes_through_the_finalizer_pods_and_workloads_first(op: Operat
     finalizer = "metacontroller.io/compositecontroller-modeldeployment"
     assert finalizer in op.md("final")["metadata"].get("finalizers", [])
     groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in standing}
-    op.kubectl("delete", "md", "final", "-n", NAMESPACE, "--wait=false")
-    seen_deleting = False
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        result = op.kubectl("get", "md", "final", "-n", NAMESPACE, "-o", "json", check=False)
-        if result.returncode != 0:
-            break
-        parent = json.loads(result.stdout)
-        seen_deleting = seen_deleting or bool(parent["metadata"].get("deletionTimestamp"))
-        time.sleep(0.3)
-    else:
-        raise AssertionError("the deployment was never finalized")
-    # The parent went last: by then nothing of it is left.
-    assert seen_deleting
+    # A watch sees every state the parent passes through, however fast finalize is (polling could miss
+    # the terminating state between two reads).
+    watch = subprocess.Popen([op.cp.kubectl_path, f"--kubeconfig={op.cp.kubeconfig}", "get", "md", "final", "-n",
+                              NAMESPACE, "--watch", "--output-watch-events", "-o", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(1)  # the watch is established before the delete
+        op.kubectl("delete", "md", "final", "-n", NAMESPACE, "--wait=false")
+        op.wait("the deployment to be finalized",
+                lambda: op.kubectl("get", "md", "final", "-n", NAMESPACE, check=False).returncode != 0, 120, 0.5)
+    finally:
+        time.sleep(1)
+        watch.terminate()
+        out, _ = watch.communicate(timeout=10)
+    events = [json.loads(doc) for doc in _json_documents(out)]
+    kinds = [e["type"] for e in events]
+    terminating = [e for e in events if e["object"]["metadata"].get("deletionTimestamp")]
+    # The parent went through its finalizer and went last: by then nothing of it is left.
+    assert "DELETED" in kinds and terminating, kinds
+    assert finalizer in terminating[0]["object"]["metadata"].get("finalizers", [])
     assert not op.pods("final")
     assert not groups & set(workloads(op))
+
+
+def _json_documents(text: str) -> list[str]:
+    """The JSON documents of kubectl's watch output, one after another (not one per line)."""
+    decoder = json.JSONDecoder()
+    docs, index = [], 0
+    while index < len(text):
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            break
+        obj, end = decoder.raw_decode(text, index)
+        docs.append(json.dumps(obj))
+        index = end
+    return docs
 
 
 def _patch_status(op: Operator, kind: str, name: str, status: dict[str, Any], namespace: str | None = None) -> None:
