@@ -22,9 +22,8 @@ from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePo
 from app.api.objects import KubeObject
 from app.api.v1 import Role
 from app.control import bounds
-from app.engines import router_flags
 from app.engines.common import on_ascend, transfer_leg_rendered
-from app.engines.registry import ENGINES, engine_for
+from app.engines.registry import ENGINES, ROUTERS, engine_for, router_for, routers_fronting
 from app.model.context import RenderOptions, backend_protocols, build_context
 from app.render import names, tenant
 from app.render.pod import role_ports
@@ -772,49 +771,30 @@ def routed_ports(subject: Subject) -> list[Refusal]:
 
 # --- the router: rule 18 ----------------------------------------------------------------------
 
-ROUTER_ENGINE = {vocab.ROUTER_VLLM: vocab.ENGINE_VLLM, vocab.ROUTER_SGLANG: vocab.ENGINE_SGLANG}
-
-
-def _router_flag(router: str, token: str) -> str | None:
-    """The long option a router's entrypoint reads `token` as, or None (not an option / unknown)."""
-    if not token.startswith("--") or token == "--":
-        return None
-    name = token[2:].split("=", 1)[0]
-    known = router_flags.ROUTER_FLAGS.get(router, frozenset())
-    if name in known or name in router_flags.OWNED_FLAGS.get(router, frozenset()):
-        return name
-    parser = router_flags.ROUTER_PARSER.get(router, {})
-    if parser.get("abbreviations") and name:
-        universe = (router_flags.SGLANG_GATEWAY_PY_FLAGS if router == vocab.ROUTER_SGLANG else known)
-        matches = [f for f in universe if f.startswith(name)]
-        if len(matches) == 1:
-            return matches[0]
-    return None
-
-
 def router_rules(subject: Subject) -> list[Refusal]:
-    """Rule 18: the router fits the engine; the threshold is llm-d's; no router-owned flag in extraArgs."""
+    """Rule 18: the router fits the engine; the threshold is read by the router; no router-owned flag
+    in extraArgs (each read as the router's entrypoint reads it)."""
     router = subject.md.spec.router
     if router is None:
         return []
     out: list[Refusal] = []
     engine = subject.engine
-    wanted = ROUTER_ENGINE.get(router.name)
-    if wanted is not None and wanted != engine:
-        out.append(Refusal("spec.router.name", f"{router.name} routes {wanted} engines only, and this deployment "
-                           f"runs {engine}",
-                           f"use llm-d-router (either engine) or the router of {engine} "
-                           f"({'vllm-router' if engine == vocab.ENGINE_VLLM else 'sglang-gateway'})"))
-    if router.disaggregation_threshold_tokens is not None and router.name != vocab.ROUTER_LLMD:
+    entry = router_for(router.name)
+    if not entry.fronts(engine):
+        every, own = routers_fronting(engine)
+        out.append(Refusal("spec.router.name", f"{router.name} routes {', '.join(sorted(entry.engines or ()))} "
+                           f"engines only, and this deployment runs {engine}",
+                           f"use {' or '.join(every)} (either engine) or the router of {engine} ({', '.join(own)})"))
+    if router.disaggregation_threshold_tokens is not None and not entry.reads_threshold:
+        readers = [name for name, r in ROUTERS.items() if r.reads_threshold]
         out.append(Refusal("spec.router.disaggregationThresholdTokens",
-                           f"is read by llm-d-router only, and this router is {router.name}",
-                           "remove disaggregationThresholdTokens, or use llm-d-router"))
-    owned = router_flags.OWNED_FLAGS.get(router.name, frozenset())
+                           f"is read by {' and '.join(readers)} only, and this router is {router.name}",
+                           f"remove disaggregationThresholdTokens, or use {' or '.join(readers)}"))
     for j, token in enumerate(router.extra_args):
         if token == "--":
             break
-        flag = _router_flag(router.name, token)
-        if flag is not None and flag in owned:
+        flag = entry.read_flag(token)
+        if flag is not None and flag in entry.owned_flags:
             spelled = token.split("=", 1)[0]
             shown = f"{spelled} is --{flag}, which" if spelled != f"--{flag}" else f"--{flag} is an option"
             out.append(Refusal(f"spec.router.extraArgs[{j}]",
@@ -822,4 +802,3 @@ def router_rules(subject: Subject) -> list[Refusal]:
                                "remove it: the operator wires the router's listener, discovery, metrics and policy "
                                "from the deployment (requestTimeoutSeconds, disaggregationThresholdTokens, replicas)"))
     return out
-

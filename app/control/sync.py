@@ -22,8 +22,9 @@ from app.control.rollout import Action, RolePlan, plan_role, workload_delete
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names, tenant
-from app.render.pod import Ports, RenderError, RoleRender, instance_service, render_role, role_service
-from app.render.router import needs_instance_services, render_router
+from app.render.pod import Ports, RenderError, RoleRender, render_role
+from app.render.router import render_router
+from app.render.services import role_services
 from app.world import World
 
 # Come back while something waits on time rather than on a watched object.
@@ -156,14 +157,9 @@ def _pod_bound(md: ModelDeployment, bound: int) -> None:
 
 
 def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[KubeObject]:
-    services = [role_service(ctx, render)]
-    per_instance = render.role.size > 1 or (
-        needs_instance_services(ctx) and render.role.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE))
-    if per_instance:
-        for entry in plan.ordinals:
-            if entry.action != Action.SHED and entry.ordinal < render.role.replicas:
-                services.append(instance_service(ctx, render, entry.ordinal))
-    return services
+    """The role's Services for the ordinals the plan keeps (which ones it has: app.render.services)."""
+    kept = (e.ordinal for e in plan.ordinals if e.action != Action.SHED and e.ordinal < render.role.replicas)
+    return role_services(ctx, render, kept)
 
 
 def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult:

@@ -4,10 +4,11 @@ operator owns on it.
 For each router (`llm-d-router`, `vllm-router`, `sglang-gateway`) this module records
 
 * the long option names its container's entrypoint accepts (without the leading ``--``),
-* how that entrypoint parses them (abbreviations, repeated options),
+* (each router's entry records how that entrypoint parses them: abbreviations, repeated options),
 * the options the operator renders and therefore owns (admission refuses them in
   ``spec.router.extraArgs``, rule 18),
-* the images, commands, ports, paths and config-document names app/render/router.py renders.
+* the images, commands, ports, paths and config-document names the routers' Pods are rendered with
+  (app/engines/llmd.py, app/engines/gateways.py; each router's entry gathers its own).
 
 Provenance (see docs/research/routers.md for the full citations and reasoning):
 
@@ -44,10 +45,8 @@ Names in the frozensets carry no leading dashes.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import Final, Mapping
+from typing import Final
 
-from app import vocab
 from app.engines.flags import read_table
 
 
@@ -342,111 +341,79 @@ RUST_ROUTER_LIVENESS_PATH: Final = "/liveness"
 RUST_ROUTER_READINESS_PATH: Final = "/readiness"
 
 # ------------------------------------------------------------------------------------------
-# Per-router tables
-# ------------------------------------------------------------------------------------------
-
-ROUTER_FLAGS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
-    {
-        vocab.ROUTER_LLMD: LLMD_EPP_FLAGS,  # router.extraArgs go to the EPP container
-        vocab.ROUTER_VLLM: VLLM_ROUTER_FLAGS,
-        vocab.ROUTER_SGLANG: SGLANG_GATEWAY_FLAGS,
-    }
-)
-
-# How each entrypoint parses its argv, for an admission rule matching user spellings.
-#   abbreviations: unique prefixes of a long option are accepted (Python argparse default)
-#   repeat:        "last-wins" or "error" when a single-valued option is given twice
-#   equals_form:   --flag=value accepted besides --flag value
-ROUTER_PARSER: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType(
-    {
-        vocab.ROUTER_LLMD: MappingProxyType(
-            {"parser": "go-pflag", "abbreviations": False, "repeat": "last-wins", "equals_form": True}
-        ),
-        vocab.ROUTER_VLLM: MappingProxyType(
-            # clap 4 (image binary): repeated scalar options are an error, so every option the
-            # operator renders must be owned, not merely defaulted.
-            {"parser": "rust-clap", "abbreviations": False, "repeat": "error", "equals_form": True}
-        ),
-        vocab.ROUTER_SGLANG: MappingProxyType(
-            {"parser": "python-argparse", "abbreviations": True, "repeat": "last-wins", "equals_form": True}
-        ),
-    }
-)
-
 # Options refused in router.extraArgs (rule 18): the rendered ones, the ones that switch the
 # discovery/config source away from the rendered one, and options that break the rendered
-# wiring. Names without dashes, comparable to ROUTER_FLAGS.
-OWNED_FLAGS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+# wiring. Names without dashes, comparable to each router's flags (its entry's `owned_flags`).
+# ------------------------------------------------------------------------------------------
+
+LLMD_OWNED_FLAGS: Final = frozenset(
     {
-        vocab.ROUTER_LLMD: frozenset(
-            {
-                "endpoint-selector",
-                "endpoint-target-ports",
-                "pool-name",
-                "pool-namespace",
-                "pool-group",
-                "config-file",
-                "config-text",
-                "grpc-port",
-                "grpc-health-port",
-                "metrics-port",
-                "secure-serving",
-                "metrics-endpoint-auth",
-                "ha-enable-leader-election",
-            }
-        )
-        | LLMD_EPP_REJECTED_FLAGS,
-        vocab.ROUTER_VLLM: frozenset(
-            {
-                "host",
-                "port",
-                "vllm-pd-disaggregation",
-                "pd-disaggregation",
-                "kv-connector",
-                "service-discovery",
-                "service-discovery-namespace",
-                "service-discovery-port",
-                "selector",
-                "prefill-selector",
-                "decode-selector",
-                "prefill",
-                "decode",
-                "worker-urls",
-                "vllm-discovery-address",
-                "enable-igw",
-                "mini-lb",
-                "backend",
-                "runtime",
-                "policy",
-                "request-timeout-secs",
-                "prometheus-host",
-                "prometheus-port",
-                "config",  # a JSON document that can carry any of the above
-            }
-        ),
-        vocab.ROUTER_SGLANG: frozenset(
-            {
-                "host",
-                "port",
-                "pd-disaggregation",
-                "service-discovery",
-                "service-discovery-namespace",
-                "service-discovery-port",
-                "selector",
-                "prefill-selector",
-                "decode-selector",
-                "prefill",
-                "decode",
-                "worker-urls",
-                "enable-igw",
-                "mini-lb",
-                "backend",
-                "runtime",
-                "policy",
-                "request-timeout-secs",
-                "prometheus-host",
-                "prometheus-port",
-            }
-        ),
+        "endpoint-selector",
+        "endpoint-target-ports",
+        "pool-name",
+        "pool-namespace",
+        "pool-group",
+        "config-file",
+        "config-text",
+        "grpc-port",
+        "grpc-health-port",
+        "metrics-port",
+        "secure-serving",
+        "metrics-endpoint-auth",
+        "ha-enable-leader-election",
+    }
+) | LLMD_EPP_REJECTED_FLAGS
+
+VLLM_ROUTER_OWNED_FLAGS: Final = frozenset(
+    {
+        "host",
+        "port",
+        "vllm-pd-disaggregation",
+        "pd-disaggregation",
+        "kv-connector",
+        "service-discovery",
+        "service-discovery-namespace",
+        "service-discovery-port",
+        "selector",
+        "prefill-selector",
+        "decode-selector",
+        "prefill",
+        "decode",
+        "worker-urls",
+        "vllm-discovery-address",
+        "enable-igw",
+        "mini-lb",
+        "backend",
+        "runtime",
+        "policy",
+        "request-timeout-secs",
+        "prometheus-host",
+        "prometheus-port",
+        "config",  # a JSON document that can carry any of the above
+    }
+)
+
+SGLANG_GATEWAY_OWNED_FLAGS: Final = frozenset(
+    {
+        "host",
+        "port",
+        "pd-disaggregation",
+        "service-discovery",
+        "service-discovery-namespace",
+        "service-discovery-port",
+        "selector",
+        "prefill-selector",
+        "decode-selector",
+        "prefill",
+        "decode",
+        "worker-urls",
+        "enable-igw",
+        "mini-lb",
+        "backend",
+        "runtime",
+        "policy",
+        "request-timeout-secs",
+        "prometheus-host",
+        "prometheus-port",
     }
 )

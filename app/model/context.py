@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from app import vocab
 from app.api.cluster import KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact, ReuseDomain
-from app.api.v1 import ModelDeployment
+from app.api.v1 import ModelDeployment, Role
 from app.world import World
 
 # The store's spelling of each KVCacheBackend/kvTransfer protocol (docs/rendering.md#kv-cache-attachment).
@@ -54,7 +54,7 @@ class RenderOptions:
     """Operator settings that change what Pods render (changing one rolls the affected replicas)."""
 
     kv_cache_dtype_owned: bool = True
-    # Empty: each router's own default image (app.engines.router_flags); spec.router.image wins.
+    # Empty: each router's own default image (its entry's, app/engines/router_entry.py); spec.router.image wins.
     router_image: str = ""
     routing_sidecar_image: str = vocab.DEFAULT_ROUTING_SIDECAR_IMAGE
     router_resources: ContainerResources = DEFAULT_ROUTER_RESOURCES
@@ -188,6 +188,16 @@ class DeploymentContext:
     def transfer_protocol(self) -> str:
         spec = self.md.spec.kv_transfer
         return STORE_PROTOCOL[spec.protocol if spec else "Auto"]
+
+    def hold(self, role: Role) -> str | None:
+        """Why no new replica of `role` may be created now (None: free to create): a managed role
+        waits for an unusable KV cache attachment, every role for an unresolved ModelArtifact (which
+        is said first). Running replicas keep serving either way."""
+        if self.artifact is not None and not self.artifact.ready:
+            return self.artifact.message
+        if role.managed and self.attachment is not None and not self.attachment.usable:
+            return self.attachment.hold_message
+        return None
 
 
 def build_context(md: ModelDeployment, world: World, options: RenderOptions) -> DeploymentContext:

@@ -20,7 +20,7 @@ from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import takeover
 from app.engines.common import EngineRender, cache_rendered
-from app.engines.registry import engine_of
+from app.engines.registry import engine_of, router_for
 from app.model.context import DeploymentContext
 from app.render import labels, names, tenant
 from app.render.image import ImageChoice, ImageError, role_image
@@ -227,46 +227,57 @@ def instance_type_of(ctx: DeploymentContext, role: Role) -> InstanceType:
     return instance_type
 
 
-def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
-    """The role's template and fingerprint, or a RenderError naming what to fix."""
-    instance_type = instance_type_of(ctx, role)
+def _image(ctx: DeploymentContext, role: Role, instance_type: InstanceType) -> ImageChoice:
+    """The role's image (its own, else the runner image synthesized for its pool)."""
     try:
-        choice: ImageChoice = role_image(ctx.md, role, instance_type)
+        return role_image(ctx.md, role, instance_type)
     except ImageError as exc:
         raise RenderError(str(exc), resolves_later=exc.resolves_later) from exc
+
+
+def _queue(role: Role, instance_type: InstanceType) -> str:
+    """The Kueue LocalQueue the role's Pods enter: the InstanceType's published entrance."""
     queue = instance_type.status.entrance
     if not queue:
         raise RenderError(
             f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} has not published its Kueue "
             f"entrance (status.entrance) yet; Pods are created once it does", resolves_later=True)
-    engine = ctx.md.spec.engine.name
-    proxied = engine_of(ctx.md).routing_proxy_rendered(ctx, role)
-    ports = role_ports(engine, role, proxied=proxied)
-    # The user's arguments, env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
-    guarded = tenant.guard(engine, cache_rendered(ctx, role), role)
-    rendered = _engine_render(ctx, guarded.role, ports)
+    return queue
+
+
+def _resources(ctx: DeploymentContext, role: Role, instance_type: InstanceType) -> dict[str, Any]:
+    """Requests (equal to limits) of the engine container, fabric interfaces for the legs it renders."""
     try:
-        resources = pod_resources(role.resources, instance_type, engine_of(ctx.md).role_protocols(ctx, role))
+        return pod_resources(role.resources, instance_type, engine_of(ctx.md).role_protocols(ctx, role))
     except ResourceError as exc:
         raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=exc.resolves_later) from exc
-    volumes, mounts = _volumes(guarded.role, rendered)
 
+
+def _engine_container(role: Role, guarded: Role, image: str, ports: Ports, rendered: EngineRender,
+                      resources: dict[str, Any], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine container: the rendered command line, ports, resources, mounts, probes, env.
+    `guarded` is the role as the tenant guard lets the Pod carry it."""
     container: dict[str, Any] = {
         "name": vocab.CONTAINER_ENGINE,
-        "image": choice.image,
+        "image": image,
         "command": rendered.argv,
         "ports": _container_ports(role, ports, rendered),
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": mounts,
         **_probes(ports),
     }
-    env = _env(guarded.role, rendered)
+    env = _env(guarded, rendered)
     if env:
         container["env"] = env
     if role.image_pull_policy:
         container["imagePullPolicy"] = role.image_pull_policy
     container["securityContext"] = engine_security_context(role)
+    return container
 
+
+def _pod_metadata(ctx: DeploymentContext, role: Role, queue: str, rendered: EngineRender) -> dict[str, Any]:
+    """The template's labels (the role's, its kind, its queue, the router's) and annotations (the
+    pod group's, the engine's, the router's, the topology)."""
     pod_labels = {
         **labels.common(ctx.name, role.name),
         vocab.LABEL_ROLE_KIND: role.kind_label,
@@ -278,19 +289,23 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
         vocab.ANNOTATION_KUEUE_GROUP_SERVING: "true",
         **rendered.annotations,
     }
-    if ctx.routed_pair and role.kind == vocab.ROLE_KIND_PREFILL and ctx.md.spec.router is not None \
-            and ctx.md.spec.router.name == vocab.ROUTER_SGLANG:
-        # The gateway's discovery reads the bootstrap port from this annotation (no flag exists).
-        annotations[vocab.ANNOTATION_SGLANG_BOOTSTRAP_PORT] = str(vocab.PREFILL_BOOTSTRAP_PORT)
-    if ctx.md.spec.router is not None and ctx.md.spec.router.name == vocab.ROUTER_LLMD \
-            and engine == vocab.ENGINE_SGLANG:
-        # llm-d's metrics extractor picks the engine's metric names by this label (vllm by default).
-        pod_labels[vocab.LABEL_LLMD_ENGINE_TYPE] = "sglang"
+    router = ctx.md.spec.router
+    if router is not None:
+        entry = router_for(router.name)
+        if ctx.routed_pair and role.kind == vocab.ROLE_KIND_PREFILL:
+            annotations.update(entry.prefill_annotations)
+        pod_labels.update(entry.pod_labels(ctx.md.spec.engine.name))
     if role.topology and role.topology.required_level:
         annotations[vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = role.topology.required_level
+    return {"labels": pod_labels, "annotations": annotations}
+
+
+def _pod_spec(ctx: DeploymentContext, role: Role, ports: Ports, container: dict[str, Any],
+              volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The template's spec: the engine container, the routing proxy in front of it when proxied."""
     spec: dict[str, Any] = {
         "containers": [container],
-        **({"initContainers": [routing_proxy(ctx, role, ports)]} if proxied else {}),
+        **({"initContainers": [routing_proxy(ctx, role, ports)]} if ports.proxied else {}),
         "volumes": volumes,
         "restartPolicy": "Always",
         "enableServiceLinks": False,
@@ -300,17 +315,29 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
     }
     if role.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s.name} for s in role.image_pull_secrets]
-    template = {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": pod_labels, "annotations": annotations},
-                "spec": spec}
+    return spec
+
+
+def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
+    """The role's template and fingerprint, or a RenderError naming what to fix."""
+    instance_type = instance_type_of(ctx, role)
+    choice = _image(ctx, role, instance_type)
+    queue = _queue(role, instance_type)
+    engine = ctx.md.spec.engine.name
+    entry = engine_of(ctx.md)
+    ports = role_ports(engine, role, proxied=entry.routing_proxy_rendered(ctx, role))
+    # The user's arguments, env and volumes as the Pod may carry them: never a tenant-bearing key of theirs.
+    guarded = tenant.guard(engine, cache_rendered(ctx, role), role)
+    rendered = _engine_render(ctx, guarded.role, ports)
+    resources = _resources(ctx, role, instance_type)
+    volumes, mounts = _volumes(guarded.role, rendered)
+    container = _engine_container(role, guarded.role, choice.image, ports, rendered, resources, mounts)
+    template = {"apiVersion": "v1", "kind": "Pod", "metadata": _pod_metadata(ctx, role, queue, rendered),
+                "spec": _pod_spec(ctx, role, ports, container, volumes)}
     fingerprint = names.fingerprint(orjson.dumps(template, option=orjson.OPT_SORT_KEYS))
-    hold = None
-    if role.managed and ctx.attachment is not None and not ctx.attachment.usable:
-        hold = ctx.attachment.hold_message
-    if ctx.artifact is not None and not ctx.artifact.ready:
-        hold = ctx.artifact.message
     return RoleRender(role=role, image=choice.image, fingerprint=fingerprint, ports=ports, template=template,
-                      hold=hold, skipped_runtime_versions=choice.skipped_runtime_versions,
-                      runtime_version=choice.runtime_version, kv_events=engine_of(ctx.md).kv_events_rendered(ctx, role),
+                      hold=ctx.hold(role), skipped_runtime_versions=choice.skipped_runtime_versions,
+                      runtime_version=choice.runtime_version, kv_events=entry.kv_events_rendered(ctx, role),
                       tenant_keys_ignored=guarded.ignored)
 
 
@@ -365,40 +392,3 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, inca
             "spec": spec,
         })
     return pods
-
-
-def role_service(ctx: DeploymentContext, render: RoleRender) -> KubeObject:
-    role = render.role
-    ports = [{"name": vocab.PORT_NAME_HTTP, "port": render.ports.service, "targetPort": render.ports.container,
-              "protocol": "TCP"}]
-    if render.kv_events:
-        ports += [
-            {"name": "kv-events", "port": vocab.KV_EVENTS_PORT, "targetPort": vocab.KV_EVENTS_PORT, "protocol": "TCP"},
-            {"name": "kv-replay", "port": vocab.KV_EVENTS_REPLAY_PORT, "targetPort": vocab.KV_EVENTS_REPLAY_PORT,
-             "protocol": "TCP"},
-        ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": names.role_service(ctx.name, role.name), "namespace": ctx.namespace,
-                     "labels": labels.common(ctx.name, role.name)},
-        "spec": {"type": "ClusterIP", "selector": labels.leader_selector(ctx.name, role.name), "ports": ports},
-    }
-
-
-def instance_service(ctx: DeploymentContext, render: RoleRender, ordinal: int) -> KubeObject:
-    """Headless Service per instance above size 1: peers resolve before any of them is Ready."""
-    role = render.role
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": names.instance(ctx.name, role.name, ordinal), "namespace": ctx.namespace,
-                     "labels": {**labels.common(ctx.name, role.name), vocab.LABEL_POD_ORDINAL: str(ordinal)}},
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": labels.instance_selector(ctx.name, role.name, ordinal),
-            "ports": [{"name": vocab.PORT_NAME_HTTP, "port": render.ports.container,
-                       "targetPort": render.ports.container, "protocol": "TCP"}],
-        },
-    }

@@ -25,7 +25,7 @@ import pytest
 
 from app import vocab
 from app.admission.validate import validate
-from app.engines import registry, router_flags
+from app.engines import registry
 from app.engines.flags import DATA_DIR
 from app.world import World, load_yaml_objects
 
@@ -143,7 +143,7 @@ def test_registry_reads_the_pinned_releases() -> None:
     for router, file in ((vocab.ROUTER_VLLM, "vllm-router-0.1.17.json"),
                          (vocab.ROUTER_SGLANG, "sglang-router-0.3.2.json")):
         options = json.loads((DATA / file).read_text())["options"]
-        assert {o[2:] for o in options if o.startswith("--")} <= router_flags.ROUTER_FLAGS[router]
+        assert {o[2:] for o in options if o.startswith("--")} <= registry.router_for(router).flags
 
 
 # --- Reading a wheel whose parser module imports torch ------------------------------------------

@@ -11,6 +11,7 @@ from app import vocab
 from app.control.sync import SyncSettings
 from app.engines import argv as engine_argv
 from app.engines import router_flags as rf
+from app.engines.registry import router_for
 from app.model.context import DEFAULT_ROUTER_RESOURCES, ContainerResources, RenderOptions
 from app.settings import Settings
 from tests.helpers import by_kind, condition, engine, env_of, parent, pods, services, sync
@@ -63,7 +64,7 @@ def test_each_router_renders_a_complete_consistent_set(engine_name, router, cach
     containers = {c["name"]: c for c in template["spec"]["containers"]}
     main = containers["epp"] if router == "llm-d-router" else containers["router"]
     for option in _long_options(main["args"]):
-        assert option in rf.ROUTER_FLAGS[router], (router, option)
+        assert option in router_for(router).flags, (router, option)
     # Roles with a Role get a RoleBinding to the router's ServiceAccount, nothing cluster-wide.
     if "Role" in kinds:
         (binding,) = by_kind(result, "RoleBinding")
