@@ -12,7 +12,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from app import vocab
-from app.admission import cmdline, frozen, rules
+from app.admission import cmdline, frozen, kvcache, resources, roles, routing
 from app.admission.model import Notice, Refusal, Subject, Verdict
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
@@ -23,40 +23,40 @@ Rule = Callable[[Subject], list[Refusal]]
 # Rule order is report order. Each entry is one rule of docs/admission.md#the-rules (or the part of
 # one the object answers alone).
 RULES: tuple[Rule, ...] = (
-    rules.duplicate_names,
-    rules.generated_names,  # 2
+    roles.duplicate_names,
+    roles.generated_names,  # 2
     frozen.frozen_fields,  # 3
-    rules.accelerator_shape,  # 4 (object alone)
-    rules.instance_types,  # 4 (InstanceType)
-    rules.fabric_interface,  # 5
-    rules.explicit_zero_on_shared_type,  # 6
-    rules.sliced_pair,  # 7
-    rules.service_labels,  # 8
-    rules.service_collisions,  # 9
-    rules.topology_level,  # 10
-    rules.role_kinds,  # 11
+    resources.accelerator_shape,  # 4 (object alone)
+    resources.instance_types,  # 4 (InstanceType)
+    resources.fabric_interface,  # 5
+    resources.explicit_zero_on_shared_type,  # 6
+    resources.sliced_pair,  # 7
+    roles.service_labels,  # 8
+    roles.service_collisions,  # 9
+    roles.topology_level,  # 10
+    roles.role_kinds,  # 11
     cmdline.owned_arguments,  # 12 (extraArgs)
     cmdline.owned_env,  # 12 (env)
     cmdline.kv_cache_dtype,  # 13
     cmdline.ports,  # 14
     cmdline.parallel_degrees,  # 15
-    rules.cache_binding,  # 16
-    rules.engine_version,  # 17
-    rules.router_rules,  # 18
-    rules.routed_ports,  # 19
-    rules.ascend_transfer_protocol,  # the transport of an Ascend pool (docs/rendering.md#kv-cache-attachment)
-    rules.volumes,  # subPath and volume sources
-    rules.operator_owned_mounts,  # 20
-    rules.total_pods,  # 21
+    kvcache.cache_binding,  # 16
+    roles.engine_version,  # 17
+    routing.router_rules,  # 18
+    routing.routed_ports,  # 19
+    kvcache.ascend_transfer_protocol,  # the transport of an Ascend pool (docs/rendering.md#kv-cache-attachment)
+    roles.volumes,  # subPath and volume sources
+    roles.operator_owned_mounts,  # 20
+    roles.total_pods,  # 21
 )
 
 NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
     cmdline.api_key_notices,
     cmdline.inert_extra_args_notices,
     cmdline.idle_cards_notices,
-    rules.cache_notices,
-    rules.artifact_notices,
-    rules.engine_version_notices,
+    kvcache.cache_notices,
+    kvcache.artifact_notices,
+    roles.engine_version_notices,
 )
 
 # Union-branch tags pydantic appends to an error location; they are not field names.
@@ -154,9 +154,9 @@ def validate(raw: KubeObject, old_raw: KubeObject | None, world: World | None, *
     """Every refusal and warning for `raw` (an update when `old_raw` is given).
 
     `world` is what was read from the cluster for this object; pass None for an object being
-    deleted (the rules that read an InstanceType decline then — see app.admission.rules)."""
+    deleted (the rules that read an InstanceType decline then — see app.admission.resources)."""
     verdict = Verdict()
-    verdict.refusals += rules.too_many_roles(raw)
+    verdict.refusals += roles.too_many_roles(raw)
     md, errors = parse(raw)
     if md is None:
         if verdict.refusals:  # rule 1 already said it better than "List should have at most 10 items"

@@ -15,7 +15,7 @@ store False (`--no-enforce-eager`, `--disable-expert-parallel`).
 Limits: another engine version, or an engine plugin that adds options (vLLM general plugins such
 as an out-of-tree platform, SGLang platform plugins), changes the list and so can change which
 prefixes are unique. Admission warns when a deployment's `engine.version` is not the version its
-engine's table comes from (app/admission/rules.py `engine_version_notices`).
+engine's table comes from (app/admission/roles.py `engine_version_notices`).
 """
 
 from __future__ import annotations
