@@ -20,7 +20,7 @@ from app import vocab
 from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
-from app.engines import owned, takeover
+from app.engines import degrees, owned, takeover
 from app.engines.entry import KV_CACHE_DTYPE_FLAG
 from app.engines.registry import engine_for, flags_for
 from app.model.context import DeploymentContext, RenderOptions, build_context
@@ -298,7 +298,7 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
         if line is None:
             continue
         env = _env_map(role)
-        reading = engine_argv.read_degrees(engine, line.args, env)
+        reading = degrees.read_degrees(engine, line.args, env)
         for problem in reading.problems:
             if problem.index is None:
                 j = next((k for k, e in enumerate(role.env) if e.name == problem.flag), None)
@@ -316,7 +316,7 @@ def parallel_degrees(subject: Subject) -> list[Refusal]:
         cards = _cards_per_pod(subject, role)
         if cards is None:
             continue
-        width = engine_argv.declared_width(reading.degrees, pods=role.size)
+        width = degrees.declared_width(reading.degrees, pods=role.size)
         if width > cards:
             d = reading.degrees
             parts = [f"tensor {d.tensor}", f"pipeline {d.pipeline}", f"data {d.data}"]
@@ -347,13 +347,13 @@ def idle_cards_notices(subject: Subject) -> list[Notice]:
         line = role_line(engine, role)
         if line is None:
             continue
-        reading = engine_argv.read_degrees(engine, line.args, _env_map(role))
+        reading = degrees.read_degrees(engine, line.args, _env_map(role))
         if reading.problems or engine_argv.parse_argv(engine, line.args).config_file:
             continue
         cards = _cards_per_pod(subject, role)
         if cards is None:
             continue
-        width = engine_argv.declared_width(reading.degrees, pods=role.size)
+        width = degrees.declared_width(reading.degrees, pods=role.size)
         if width < cards:
             flag = engine_for(engine).tensor_flag
             out.append(Notice(

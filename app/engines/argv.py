@@ -4,7 +4,8 @@ Why this exists: admission refuses operator-owned flags "in every spelling the e
 that flag", validates parallel degrees and follows `--port`. A reading that differs from the
 engine's is either a bypass (a spelling we miss) or a false refusal (a spelling we invent), so the
 rules below copy the parsers' behaviour, with the option tables of the engine registry
-(`app/engines/registry.py`, data in `app/engines/data/`):
+(`app/engines/registry.py`, data in `app/engines/data/`). The parallel degrees a line declares are
+read in `app/engines/degrees.py`, the arguments of a take-over command in `app/engines/takeover.py`.
 
 - argparse (Python 3.12+, `allow_abbrev=True`): an exact option string wins; otherwise a `--` token
   (the part before `=`) resolves to the option strings it is a prefix of — one is a match, several
@@ -21,14 +22,12 @@ rules below copy the parsers' behaviour, with the option tables of the engine re
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from app import vocab
 from app.engines.flags import EngineFlags
-from app.engines.registry import engine_for, flags_for
+from app.engines.registry import flags_for
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _K8S_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -209,15 +208,29 @@ def _arity(flags: EngineFlags, option_string: str) -> str:
     return "one"
 
 
-def parse_argv(engine: str, argv: Sequence[str]) -> ParsedArgv:
-    """Walk an argv like the engine's parser: options with values, ambiguities, unknowns."""
-    flags = flags_for(engine)
-    options: list[Option] = []
-    ambiguous: list[AmbiguousOption] = []
-    unknown: list[tuple[int, str]] = []
-    removed: set[int] = set()
+@dataclass
+class _Reading:
+    """What a walk over one argv has found so far."""
 
-    # vLLM pulls dotted members (and the token after each) out before argparse runs.
+    options: list[Option] = field(default_factory=list)
+    ambiguous: list[AmbiguousOption] = field(default_factory=list)
+    unknown: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, found: Resolved | Ambiguous | _Unknown | None, token: str, index: int) -> Resolved | None:
+        """Record an ambiguity or an unknown option; hand a resolved option back to the caller."""
+        if isinstance(found, Ambiguous):
+            self.ambiguous.append(AmbiguousOption(token, index, found.candidates))
+        elif found is _UNKNOWN:
+            self.unknown.append((index, token))
+        elif isinstance(found, Resolved):
+            return found
+        return None
+
+
+def _dotted_pass(flags: EngineFlags, argv: Sequence[str], reading: _Reading) -> set[int]:
+    """vLLM pulls dotted members (and the token after each) out before argparse runs: read them,
+    and return the indexes they took."""
+    removed: set[int] = set()
     i = 0
     while flags.dotted_members and i < len(argv):
         dotted = _dotted(flags, argv[i])
@@ -230,64 +243,69 @@ def parse_argv(engine: str, argv: Sequence[str]) -> ParsedArgv:
         missing = value is None and i + 1 >= len(argv)
         if value is None and not missing:
             value = argv[i + 1]
-        found = _match(flags, name, argv[i].partition("=")[0])
-        if isinstance(found, Resolved):
-            options.append(
+        found = reading.add(_match(flags, name, argv[i].partition("=")[0]), argv[i], i)
+        if found is not None:
+            reading.options.append(
                 Option(found.flag, found.option_string, found.spelling, argv[i], i,
                        () if value is None else (value,), member, False, missing)
             )
-        elif isinstance(found, Ambiguous):
-            ambiguous.append(AmbiguousOption(argv[i], i, found.candidates))
-        elif found is _UNKNOWN:
-            unknown.append((i, argv[i]))
         i += step
+    return removed
 
-    rest = [k for k in range(len(argv)) if k not in removed]
+
+def _values(flags: EngineFlags, found: Resolved, argv: Sequence[str], rest: list[int], j: int) -> tuple[str, ...]:
+    """The values an option takes from `=value` or from the tokens at rest[j:] (argparse's arity)."""
+    if found.explicit_value is not None:
+        return (found.explicit_value,)
+    arity = _arity(flags, found.option_string)
+    if arity == "none":
+        return ()
+    taken: list[str] = []
+    limit = 1 if arity in ("one", "optional") else len(rest)
+    while j < len(rest) and len(taken) < limit and _is_value(flags, argv[rest[j]]):
+        taken.append(argv[rest[j]])
+        j += 1
+    return tuple(taken)
+
+
+def _argparse_pass(flags: EngineFlags, argv: Sequence[str], rest: list[int], reading: _Reading) -> None:
+    """argparse's walk over the tokens at `rest` (the indexes the dotted pass left): options and
+    their values, up to a `--`."""
     j = 0
-    after_separator = False
     while j < len(rest):
         k = rest[j]
         token = argv[k]
         j += 1
-        if after_separator:
-            continue
         if token == "--":
-            after_separator = True
-            continue
+            return
         if flags.underscores_to_dashes and token == "-O" and j < len(rest) and argv[rest[j]] in _OPT_LEVELS:
-            options.append(Option(_OPT_LEVEL, _OPT_LEVEL, "-O", token, k, (argv[rest[j]],)))
+            reading.options.append(Option(_OPT_LEVEL, _OPT_LEVEL, "-O", token, k, (argv[rest[j]],)))
             j += 1
             continue
-        found = _classify(flags, token)
+        found = reading.add(_classify(flags, token), token, k)
         if found is None:
             continue
-        if found is _UNKNOWN:
-            unknown.append((k, token))
-            continue
-        if isinstance(found, Ambiguous):
-            ambiguous.append(AmbiguousOption(token, k, found.candidates))
-            continue
-        assert isinstance(found, Resolved)
+        values = _values(flags, found, argv, rest, j)
+        if found.explicit_value is None:
+            j += len(values)
         arity = _arity(flags, found.option_string)
-        values: tuple[str, ...] = ()
-        if found.explicit_value is not None:
-            values = (found.explicit_value,)
-        elif arity != "none":
-            taken: list[str] = []
-            limit = 1 if arity in ("one", "optional") else len(rest)
-            while j < len(rest) and len(taken) < limit and _is_value(flags, argv[rest[j]]):
-                taken.append(argv[rest[j]])
-                j += 1
-            values = tuple(taken)
-        options.append(
+        reading.options.append(
             Option(found.flag, found.option_string, found.spelling, token, k, values, None,
                    found.option_string in flags.negative, arity == "one" and not values)
         )
-    options.sort(key=lambda o: o.index)
+
+
+def parse_argv(engine: str, argv: Sequence[str]) -> ParsedArgv:
+    """Walk an argv like the engine's parser: options with values, ambiguities, unknowns."""
+    flags = flags_for(engine)
+    reading = _Reading()
+    removed = _dotted_pass(flags, argv, reading)
+    _argparse_pass(flags, argv, [k for k in range(len(argv)) if k not in removed], reading)
+    options = sorted(reading.options, key=lambda o: o.index)
     return ParsedArgv(
         options=tuple(options),
-        ambiguous=tuple(sorted(ambiguous, key=lambda a: a.index)),
-        unknown=tuple(sorted(unknown)),
+        ambiguous=tuple(sorted(reading.ambiguous, key=lambda a: a.index)),
+        unknown=tuple(sorted(reading.unknown)),
         config_file=any(o.flag == "--config" for o in options),
     )
 
@@ -314,152 +332,6 @@ def expand_references(value: str, env: Mapping[str, str]) -> str:
         return env.get(m.group(1), m.group(0))
 
     return _K8S_REF.sub(one, value)
-
-
-# --- Parallel degrees -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Degrees:
-    """The parallel degrees an argv declares (engine defaults where it declares none)."""
-
-    engine: str
-    tensor: int = 1
-    pipeline: int = 1
-    data: int = 1
-    data_local: int | None = None  # vLLM -dpl as given
-    decode_context: int = 1
-    prefill_context: int = 1  # vLLM -pcp (adds ranks)
-    expert_parallel: bool = False  # vLLM --enable-expert-parallel
-    expert: int | None = None  # SGLang --ep-size (inside the TP group)
-    attention_data: int = 1  # SGLang --attn-dp-size (inside the TP group)
-    nnodes: int = 1  # --nnodes: the engine splits its ranks over this many nodes itself
-    data_external_lb: bool = False  # vLLM --data-parallel-external-lb or --data-parallel-rank
-    data_from_env: bool = False  # vLLM: data came from VLLM_DP_SIZE (one DP rank per process)
-
-
-@dataclass(frozen=True)
-class DegreeProblem:
-    """A degree the engine cannot read: its process would exit at start."""
-
-    flag: str  # canonical flag or env name
-    spelling: str  # as written
-    value: str | None
-    index: int | None  # argv index, None for an env variable
-    message: str
-
-
-@dataclass(frozen=True)
-class DegreeReading:
-    """Degrees plus every problem found reading them."""
-
-    degrees: Degrees
-    problems: tuple[DegreeProblem, ...]
-
-
-def _read_int(flag: str, spelling: str, raw: str | None, index: int | None, engine: str,
-              env: Mapping[str, str], member: str | None = None) -> tuple[int | None, DegreeProblem | None]:
-    """One whole number ≥ 1 as the engine's `int` converter reads it, or the problem with it."""
-    shown = spelling if raw is None else f"{spelling} {raw}"
-    if member is not None:
-        return None, DegreeProblem(flag, spelling, raw, index,
-                                   f"`{shown}`: {flag} takes a whole number, not a JSON member (.{member})")
-    if raw is None:
-        message = f"`{spelling}` is given no value: {engine} needs a whole number of at least 1 for {flag}"
-        return None, DegreeProblem(flag, spelling, None, index, message)
-    text = expand_references(raw, env)
-    try:
-        n = int(text)
-    except ValueError:
-        return None, DegreeProblem(flag, spelling, raw, index,
-                                   f"`{shown}`: {flag} must be a whole number, got {text!r}")
-    if n < 1:
-        return None, DegreeProblem(flag, spelling, raw, index,
-                                   f"`{shown}`: {flag} must be at least 1, got {n}")
-    return n, None
-
-
-def read_degrees(engine: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> DegreeReading:
-    """The degrees an argv declares, with every unreadable degree as a problem (last value wins)."""
-    env = env or {}
-    parsed = parse_argv(engine, argv)
-    table = engine_for(engine).degree_flags
-    found: dict[str, int] = {}
-    problems: list[DegreeProblem] = []
-    for o in parsed.options:
-        field = table.get(o.flag)
-        if field is None:
-            continue
-        n, problem = _read_int(o.flag, o.spelling, o.value, o.index, engine, env, o.member)
-        if problem is not None:
-            problems.append(problem)
-        elif n is not None:
-            found[field] = n
-    flags_seen = {o.flag: o for o in parsed.options}
-    if engine == vocab.ENGINE_VLLM:
-        ep = flags_seen.get("--enable-expert-parallel")
-        lb = flags_seen.get("--data-parallel-external-lb")
-        degrees = Degrees(
-            engine=engine,
-            expert_parallel=ep is not None and not ep.negated,
-            data_external_lb=(lb is not None and not lb.negated) or "--data-parallel-rank" in flags_seen,
-            # `found` holds only int degree fields (the registry's degree_flags values), never a bool one.
-            **found,  # type: ignore[arg-type]
-        )
-        raw = env.get(vocab.ENV_VLLM_DP_SIZE)
-        if raw is not None and degrees.data == 1:
-            # vLLM reads VLLM_DP_SIZE only when the line leaves data parallelism at 1.
-            n, problem = _read_int(vocab.ENV_VLLM_DP_SIZE, vocab.ENV_VLLM_DP_SIZE, raw, None, engine, {})
-            if problem is not None:
-                problems.append(problem)
-            elif n is not None and n > 1:
-                degrees = replace(degrees, data=n, data_from_env=True)
-        return DegreeReading(degrees, tuple(problems))
-    degrees = Degrees(engine=engine, **found)  # type: ignore[arg-type]  # int degree fields only, as above
-    if "--enable-dp-attention" in flags_seen and degrees.attention_data == 1:
-        # SGLang folds the deprecated `--dp-size N --enable-dp-attention` into `--attn-dp-size N`.
-        degrees = replace(degrees, attention_data=degrees.data, data=1)
-    return DegreeReading(degrees, tuple(problems))
-
-
-def declared_width(degrees: Degrees, *, pods: int = 1) -> int:
-    """Cards one Pod's engine addresses, computed as the engine lays its ranks out on a node."""
-    if degrees.engine == vocab.ENGINE_VLLM:
-        total, per_node = _vllm_width(degrees)
-    else:
-        total, per_node = _sglang_width(degrees)
-    if pods > 1 and degrees.nnodes == 1:
-        # No --nnodes: the engine may still spread its world over the instance (Ray); the
-        # most one Pod can be asked for is an even share of the whole world.
-        return max(1, math.ceil(total / pods))
-    return per_node
-
-
-def _vllm_width(d: Degrees) -> tuple[int, int]:
-    """vLLM 0.33: world = tp×pp×pcp per DP rank; a node hosts dp_local ranks of its share."""
-    world = d.tensor * d.pipeline * d.prefill_context
-    if d.data_from_env or d.data_external_lb:
-        local = 1
-    elif d.data_local is not None:
-        local = d.data_local
-    elif d.nnodes > 1:
-        local = max((d.data * world // d.nnodes) // world, 1)
-    else:
-        local = d.data
-    if d.nnodes > 1:
-        within_dp = max(d.nnodes // max(d.data // max(local, 1), 1), 1)
-        return local * world, local * max(world // within_dp, 1)
-    return local * world, local * world
-
-
-def _sglang_width(d: Degrees) -> tuple[int, int]:
-    """SGLang 0.5.23: replicas × tp × pp GPUs, tp and pp split over --nnodes; attention DP adds none."""
-    replicas = d.data if d.attention_data == 1 else 1
-    total = replicas * d.tensor * d.pipeline
-    pp_per_node = max(d.pipeline // d.nnodes, 1)
-    nodes_per_pp_rank = max(d.nnodes // d.pipeline, 1)
-    tp_per_node = max(d.tensor // nodes_per_pp_rank, 1)
-    return total, (replicas - 1) * d.tensor * d.pipeline + pp_per_node * tp_per_node
 
 
 # --- Port -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import takeover
 from app.engines.common import EngineRender, cache_rendered
+from app.engines.degrees import read_degrees
 from app.engines.registry import engine_of, router_for
 from app.model.context import DeploymentContext
 from app.render import labels, names, tenant
@@ -113,8 +114,8 @@ def engine_security_context(role: Role) -> dict[str, Any]:
 
 def routing_proxy(ctx: DeploymentContext, role: Role, ports: Ports) -> dict[str, Any]:
     """The routing sidecar as a native sidecar (restartable init container) owning the external port."""
-    degrees = engine_argv.read_degrees(ctx.md.spec.engine.name, role.extra_args,
-                                       {e.name: e.value or "" for e in role.env}).degrees
+    degrees = read_degrees(ctx.md.spec.engine.name, role.extra_args,
+                           {e.name: e.value or "" for e in role.env}).degrees
     # One proxy port per externally load-balanced data-parallel rank; internal DP is one server.
     data_parallel = (degrees.data_local or degrees.data) if degrees.data_external_lb else 1
     return {

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from app import vocab
 from app.engines import argv as A
+from app.engines.degrees import declared_width, read_degrees
 from app.engines.registry import ENGINES, flags_for
 from app.engines.sglang import SGLANG
 from app.engines.takeover import engine_args_of_command
@@ -306,7 +307,7 @@ def test_engine_args_of_command(engine, command, expected):
     ],
 )
 def test_read_degrees(engine, argv, env, fields):
-    reading = A.read_degrees(engine, argv, env)
+    reading = read_degrees(engine, argv, env)
     assert reading.problems == ()
     for name, value in fields.items():
         assert getattr(reading.degrees, name) == value, name
@@ -333,7 +334,7 @@ def test_read_degrees(engine, argv, env, fields):
     ],
 )
 def test_degree_problems_name_the_flag_and_value(engine, argv, env, flag, words):
-    reading = A.read_degrees(engine, argv, env)
+    reading = read_degrees(engine, argv, env)
     assert len(reading.problems) == 1
     (problem,) = reading.problems
     assert problem.flag == flag
@@ -342,7 +343,7 @@ def test_degree_problems_name_the_flag_and_value(engine, argv, env, flag, words)
 
 
 def test_every_bad_occurrence_is_a_problem():
-    reading = A.read_degrees(V, ["m", "-tp", "x", "-pp", "0", "-tp", "2"])
+    reading = read_degrees(V, ["m", "-tp", "x", "-pp", "0", "-tp", "2"])
     assert [p.flag for p in reading.problems] == ["--tensor-parallel-size", "--pipeline-parallel-size"]
     assert reading.degrees.tensor == 2
 
@@ -373,15 +374,15 @@ def test_every_bad_occurrence_is_a_problem():
     ],
 )
 def test_declared_width(engine, argv, pods, width):
-    reading = A.read_degrees(engine, argv)
+    reading = read_degrees(engine, argv)
     assert reading.problems == ()
-    assert A.declared_width(reading.degrees, pods=pods) == width
+    assert declared_width(reading.degrees, pods=pods) == width
 
 
 def test_vllm_dp_size_env_is_one_rank_per_process():
-    reading = A.read_degrees(V, ["m", "-tp", "2"], {vocab.ENV_VLLM_DP_SIZE: "4"})
+    reading = read_degrees(V, ["m", "-tp", "2"], {vocab.ENV_VLLM_DP_SIZE: "4"})
     assert reading.degrees.data == 4
-    assert A.declared_width(reading.degrees) == 2
+    assert declared_width(reading.degrees) == 2
 
 
 # --- Port -------------------------------------------------------------------------------------
