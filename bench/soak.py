@@ -68,6 +68,7 @@ CHAOS_SECONDS = (35.0, 45.0)
 OP_INTERVAL = (0.03, 0.25)
 FREEZE_SECONDS = (12.0, 16.0)  # longer than Metacontroller's 10 s hook timeout
 NODE_DOWN_SECONDS = (8.0, 20.0)
+NODE_GONE_TIMEOUT_SECONDS = 150.0  # a deleted node's Pods are garbage-collected within this
 PREEMPT_HOLD_SECONDS = (5.0, 12.0)
 DWELL_SECONDS = 6.0
 
@@ -802,6 +803,16 @@ class Soak:
         try:
             self.request("DELETE", f"/api/v1/nodes/{node}", client=self.bg_api)
             time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
+            # The node joins again once the pod garbage collector has removed its Pods: a node that
+            # re-registers with its Pods still bound makes Kueue's placement drift from where the Pods
+            # run (bench/soak.md, bug 3), which no controller of ours can see or undo.
+            deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
+            while time.monotonic() < deadline:
+                pods = self.request("GET", POD_PATH, client=self.bg_api,
+                                    params={"fieldSelector": f"spec.nodeName={node}"}).json()["items"]
+                if not pods:
+                    break
+                time.sleep(2.0)
         finally:
             manifest = self.node_manifests[node]
             for _ in range(30):
@@ -882,7 +893,12 @@ class Soak:
         return self.ledger.finish(action, "ok" if r.status_code < 300 else f"failed {r.status_code}")
 
     def fault_runtime_version(self) -> Action:
-        it = self.rng.choice((sw.A10G, sw.TIGHT))
+        # Preferably a type that a deployment without an image uses (its image follows the runtime).
+        o = self.obs()
+        imageless = {r["instanceType"] for n, md in o.mds.items() if n in self.present
+                     for r in md["spec"]["roles"] if not r.get("image")}
+        choices = sorted(imageless & {sw.A10G, sw.TIGHT, sw.H20}) or [sw.A10G, sw.TIGHT]
+        it = self.rng.choice(choices)
         users = sorted(n for n in self.present if it in self.shapes[n].instance_types)
         current = self.request("GET", f"/apis/worker.gpustack.ai/v1/instancetypes/{it}", client=self.bg_api).json()
         version = ((current.get("status") or {}).get("detail") or {}).get("runtimeVersion")
