@@ -229,48 +229,47 @@ def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role
     return vocab.PHASE_STARTING, "replicas are starting"
 
 
-def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
-                 children: ObservedGroups, *, finalizing: bool, now: str) -> KubeObject:
-    """The status from this pass's renders and plans and the observed children (the router's
-    Deployment). A finalizing pass renders no router, so it reports none."""
-    router = None if finalizing else ctx.md.spec.router
-    observed_router = router_observed_ready(ctx, children) if router is not None else None
-    ready_routers = None if router is None else observed_router or 0
-    role_statuses = []
-    ready_by_kind: dict[str, int] = {}
-    total_ready = 0
-    all_ready = True
-    for render, plan in zip(renders, plans):
-        declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
-        ready = sum(1 for p in declared if p.ready)
-        reserved = sum(1 for p in declared if p.reserved)
-        admitted = sum(1 for p in declared if p.admitted)
-        total_ready += ready
-        ready_by_kind[render.role.kind] = ready_by_kind.get(render.role.kind, 0) + ready
-        all_ready = all_ready and ready == render.role.replicas
-        entry: dict[str, Any] = {
-            "name": render.role.name,
-            "kind": render.role.kind,
-            "desired": render.role.replicas,
-            "ready": ready,
-            "quotaReserved": reserved,
-            "admitted": admitted,
-            "unmanaged": render.unmanaged,
-            "image": render.image,
-        }
-        if render.kv_events:
-            service = names.role_service(ctx.name, render.role.name)
-            entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
-                                          f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
-            entry["kvEventsTopic"] = "kv@"
-        if plan.next_incarnations:
-            entry["nextIncarnations"] = plan.next_incarnations
-        role_statuses.append(entry)
-    if ready_routers is not None:
-        all_ready = all_ready and ready_routers >= 1
-    ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
-    phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
-    values = [
+def role_status(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> dict[str, Any]:
+    """One `status.roles[]` entry: the declared replicas' counts, the render's plain facts, and
+    the KV-event endpoints of a publishing role."""
+    declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
+    entry: dict[str, Any] = {
+        "name": render.role.name,
+        "kind": render.role.kind,
+        "desired": render.role.replicas,
+        "ready": sum(1 for p in declared if p.ready),
+        "quotaReserved": sum(1 for p in declared if p.reserved),
+        "admitted": sum(1 for p in declared if p.admitted),
+        "unmanaged": render.unmanaged,
+        "image": render.image,
+    }
+    if render.kv_events:
+        service = names.role_service(ctx.name, render.role.name)
+        entry["kvEventsEndpoints"] = [f"tcp://{service}:{vocab.KV_EVENTS_PORT}",
+                                      f"tcp://{service}:{vocab.KV_EVENTS_REPLAY_PORT}"]
+        entry["kvEventsTopic"] = "kv@"
+    if plan.next_incarnations:
+        entry["nextIncarnations"] = plan.next_incarnations
+    return entry
+
+
+def kv_cache_status(ctx: DeploymentContext) -> dict[str, Any] | None:
+    """`status.kvCache`: the binding, its pool and its reuse domain (None without spec.kvCache)."""
+    if ctx.attachment is None:
+        return None
+    kv: dict[str, Any] = {"binding": ctx.attachment.binding}
+    if ctx.attachment.pool:
+        kv["pool"] = ctx.attachment.pool
+    if ctx.attachment.domain is not None:
+        kv["domain"] = ctx.attachment.domain.wire()
+    return kv
+
+
+def conditions(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan], *,
+               router: RouterSpec | None, observed_router: int | None, total_ready: int,
+               ready_by_kind: dict[str, int]) -> list[ConditionValue]:
+    """Every condition of the pass, in status order."""
+    return [
         domain_registered(ctx),
         quota_reserved(ctx, plans),
         cache_attached(ctx, renders, total_ready),
@@ -280,6 +279,26 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
         router_ready(router, observed_router),
         weights_ready(ctx),
     ]
+
+
+def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
+                 children: ObservedGroups, *, finalizing: bool, now: str) -> KubeObject:
+    """The status from this pass's renders and plans and the observed children (the router's
+    Deployment). A finalizing pass renders no router, so it reports none."""
+    router = None if finalizing else ctx.md.spec.router
+    observed_router = router_observed_ready(ctx, children) if router is not None else None
+    ready_routers = None if router is None else observed_router or 0
+    role_statuses = [role_status(ctx, render, plan) for render, plan in zip(renders, plans)]
+    ready_by_kind: dict[str, int] = {}
+    for entry in role_statuses:
+        ready_by_kind[entry["kind"]] = ready_by_kind.get(entry["kind"], 0) + entry["ready"]
+    all_ready = all(entry["ready"] == entry["desired"] for entry in role_statuses)
+    if ready_routers is not None:
+        all_ready = all_ready and ready_routers >= 1
+    ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
+    phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
+    values = conditions(ctx, renders, plans, router=router, observed_router=observed_router,
+                        total_ready=sum(r["ready"] for r in role_statuses), ready_by_kind=ready_by_kind)
     previous = (ctx.md.status or {}).get("conditions") or []
     out: dict[str, Any] = {
         "phase": phase,
@@ -291,12 +310,8 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
     url = endpoint(ctx, renders)
     if url:
         out["endpoint"] = url
-    if ctx.attachment is not None:
-        kv: dict[str, Any] = {"binding": ctx.attachment.binding}
-        if ctx.attachment.pool:
-            kv["pool"] = ctx.attachment.pool
-        if ctx.attachment.domain is not None:
-            kv["domain"] = ctx.attachment.domain.wire()
+    kv = kv_cache_status(ctx)
+    if kv is not None:
         out["kvCache"] = kv
     if router is not None:
         out["router"] = {"name": router.name, "desired": router.replicas, "ready": ready_routers,
