@@ -24,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from app import logs, vocab
-from app.admission import fields, files
+from app.admission import corrections, files
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.control.sync import SyncFailed, SyncSettings, reconcile
@@ -90,7 +90,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     objects = files.read_objects(args.world, "--world") if args.world else []
     world_objects = [o for o in objects if isinstance(o.get("metadata"), dict)]
     found = files.read_objects(args.file, "-f")
-    deployments = [o for o in found if fields.is_candidate(o)]
+    deployments = [o for o in found if corrections.is_candidate(o)]
     if not deployments:
         if any(o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT_SCALER for o in found):
             raise UsageError(f"{args.file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "

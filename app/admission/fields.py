@@ -9,9 +9,9 @@ same, so it walks the object against the very schema the CRD is generated from (
 the types, enums, bounds, lengths, patterns and required fields come from there, never from a
 hand list. Each refusal names the field, what is wrong (echoing the value) and the fix.
 
-`corrected` then gives the webhooks what the user meant (a near-miss field renamed, `"2"` read as
-2, `vllm` as `vLLM`, a value out of bounds left to its default), so that their rules still run and
-report alongside, without repeating a problem named here.
+`app.admission.corrections.corrected` then gives the webhooks what the user meant (a near-miss
+field renamed, `"2"` read as 2, `vllm` as `vLLM`, a value out of bounds left to its default), so
+that their rules still run and report alongside, without repeating a problem named here.
 
 Pure functions; the webhook never needs them (the API server has done this by the time it calls).
 """
@@ -449,22 +449,6 @@ def metadata_refusals(raw: KubeObject) -> list[Refusal]:
     return out
 
 
-# The group's other kinds: none is a misspelt ModelDeployment (ModelDeploymentScaler is close).
-OTHER_KINDS = (vocab.KIND_MODEL_DEPLOYMENT_SCALER, vocab.KIND_INSTANCE_TYPE, vocab.KIND_KV_CACHE_POOL,
-               vocab.KIND_KV_CACHE_POOL_BINDING, vocab.KIND_KV_CACHE_BACKEND, vocab.KIND_MODEL_ARTIFACT)
-
-
-def is_candidate(obj: KubeObject) -> bool:
-    """An object the user meant as a ModelDeployment: that kind, or a near miss of it in our group."""
-    kind = obj.get("kind")
-    if kind == vocab.KIND_MODEL_DEPLOYMENT:
-        return True
-    api_version = obj.get("apiVersion")
-    ours = isinstance(api_version, str) and api_version.split("/")[0] == vocab.GROUP
-    return ours and isinstance(kind, str) and kind not in OTHER_KINDS and \
-        near_miss(kind, [vocab.KIND_MODEL_DEPLOYMENT]) is not None
-
-
 def type_refusals(raw: KubeObject) -> list[Refusal]:
     """apiVersion and kind: the API server serves ModelDeployment as worker.gpustack.ai/v1 only."""
     out: list[Refusal] = []
@@ -485,25 +469,6 @@ def api_server_refusals(raw: KubeObject) -> list[Refusal]:
     return type_refusals(raw) + unknown_fields(raw) + metadata_refusals(raw) + value_refusals(raw)
 
 
-def covered(path: str, refused: set[str]) -> bool:
-    """Whether a refusal at `path` repeats one of `refused` (the same field, or a field inside it)."""
-    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in refused)
-
-
-def corrected(raw: KubeObject) -> KubeObject:
-    """The object as the user meant it, for the webhooks' rules (the refusals above stand): each
-    unknown field with an undeclared near miss renamed to it, a value of the wrong JSON type read as
-    the declared one where that is unambiguous (`"2"` -> 2, `0.33` -> "0.33", `vllm` -> `vLLM`), and
-    an optional value the schema refuses left out, so that its default applies."""
-    fixed = copy.deepcopy(raw)
-    fixed["apiVersion"], fixed["kind"] = vocab.API_VERSION, vocab.KIND_MODEL_DEPLOYMENT
-    _rename(fixed, _schema())
-    spec = fixed.get("spec")
-    if isinstance(spec, dict):
-        _fix_object(spec, _schema()["properties"]["spec"])
-    return fixed
-
-
 def _rename(value: Any, schema: dict[str, Any]) -> None:
     if schema.get("x-kubernetes-preserve-unknown-fields"):
         return
@@ -519,66 +484,3 @@ def _rename(value: Any, schema: dict[str, Any]) -> None:
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for item in value:
             _rename(item, schema["items"])
-
-
-_MISSING = object()
-
-
-def _fixed_value(value: Any, schema: dict[str, Any]) -> Any:
-    """The value read as its declared type, or _MISSING when it cannot be (or breaks a bound)."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return value
-    want = _declared_type(schema)
-    if want in ("integer", "int-or-string") and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    elif want == "integer" and isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-        value = int(value)
-    elif want == "string" and isinstance(value, (bool, int, float)):
-        value = _shown(value)
-    elif want == "boolean" and isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        value = value.strip().lower() == "true"
-    elif want == "array" and isinstance(value, str) and (schema.get("items") or {}).get("type") == "string":
-        value = value.split()  # `extraArgs: "-tp 2"`
-    elif want == "array" and isinstance(value, dict) and (schema.get("items") or {}).get("type") == "object":
-        value = [value]  # a list item written without its '- '
-    elif want == "object" and isinstance(value, (str, int, float)) and schema.get("required"):
-        value = {schema["required"][0]: value}  # `engine: vLLM`, `model: Qwen/...`
-    if isinstance(value, str) and schema.get("enum") is not None and value not in schema["enum"]:
-        folded = [e for e in schema["enum"] if str(e).lower() == value.lower()]
-        value = folded[0] if folded else _MISSING
-    if value is _MISSING or not _type_ok(value, schema):
-        return _MISSING
-    if isinstance(value, dict):
-        _fix_object(value, schema)
-    elif isinstance(value, list):
-        items = schema.get("items")
-        if isinstance(items, dict):
-            kept = [_fixed_value(item, items) for item in value]
-            value[:] = [item for item in kept if item is not _MISSING]
-        if _items_refusal("", "", value, schema) is not None:
-            return _MISSING
-    elif isinstance(value, str) and schema.get("enum") is None and not _int_or_string(schema):
-        # (A quantity that does not parse is kept: the rules that read it name it, and its default
-        # would make others refuse what the user did not write.)
-        if _string_refusal("", "", value, schema, False) is not None:
-            return _MISSING
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if _bounds_refusal("", "", value, schema) is not None:
-            return _MISSING
-    return value
-
-
-def _fix_object(value: dict[str, Any], schema: dict[str, Any]) -> None:
-    properties = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
-    for key in list(value):
-        if key not in properties:
-            continue
-        if value[key] is None:
-            del value[key]  # the API server prunes a null
-            continue
-        fixed = _fixed_value(value[key], properties[key])
-        if fixed is not _MISSING:
-            value[key] = fixed
-        elif key not in required:
-            del value[key]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from app import vocab
-from app.admission import fields, files, mutate, validate
+from app.admission import corrections, fields, files, mutate, validate
 from app.admission.model import Notice, Refusal, Verdict
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
@@ -313,7 +313,7 @@ def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
     strict field validation asks), then both webhooks on what the user meant (a near-miss field
     renamed), every refusal reported together."""
     strict = fields.api_server_refusals(obj)
-    target = fields.corrected(obj) if strict else obj
+    target = corrections.corrected(obj) if strict else obj
     _mutated, validated = asyncio.run(review_offline(target, old, world, kv_cache_dtype_owned=kv_cache_dtype_owned))
     response = validated["response"]
     warnings = list(response.get("warnings") or [])
@@ -324,14 +324,14 @@ def offline_verdict(obj: KubeObject, old: KubeObject | None, world: World, *,
         # A field the API server's checks refused already is named once, by them.
         refused = {r.path for r in strict}
         lines += [line for line in _message_lines(response["status"]["message"])
-                  if not fields.covered(line.split(": ", 1)[0], refused)]
+                  if not corrections.covered(line.split(": ", 1)[0], refused)]
     message = lines[0] if len(lines) == 1 else f"{len(lines)} problems:\n" + "\n".join(lines)
     return OfflineVerdict(False, message, warnings)
 
 
 def _deployments(path: Path, flag: str = "-f") -> list[KubeObject]:
     """The ModelDeployments of a file, and objects of our group whose kind is a near miss of it."""
-    return [o for o in files.read_objects(path, flag) if fields.is_candidate(o) and not _is_scaler(o)]
+    return [o for o in files.read_objects(path, flag) if corrections.is_candidate(o) and not _is_scaler(o)]
 
 
 def _is_scaler(obj: KubeObject) -> bool:
