@@ -101,6 +101,39 @@ def pod_gated(pod: KubeObject) -> bool:
     return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in gates)
 
 
+def placement_hosts(workload: KubeObject | None) -> set[str] | None:
+    """The hosts Kueue's topology-aware placement names for the Workload's Pods, when it spells
+    each one out (None: no topology assignment, or one compressed past what is read here)."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    hosts: set[str] = set()
+    for assignment in admission.get("podSetAssignments") or []:
+        topology = assignment.get("topologyAssignment") if isinstance(assignment, dict) else None
+        if not isinstance(topology, dict):
+            continue
+        levels = topology.get("levels") or []
+        if vocab.LABEL_HOSTNAME not in levels:
+            return None
+        level = levels.index(vocab.LABEL_HOSTNAME)
+        for piece in topology.get("slices") or []:
+            values = piece.get("valuesPerLevel") if isinstance(piece, dict) else None
+            if not isinstance(values, list) or level >= len(values) or not isinstance(values[level], dict) \
+                    or not isinstance(values[level].get("universal"), str):
+                return None
+            hosts.add(values[level]["universal"])
+    return hosts or None
+
+
+def placement_drifted(workload: KubeObject | None, pods: list[KubeObject]) -> bool:
+    """A live Pod of the group runs on a host its admitted Workload's placement does not name:
+    Kueue re-placed the group after a node failure (docs/kueue.md) while its Pods could not move,
+    so Kueue's accounting of that node no longer matches what runs there."""
+    hosts = placement_hosts(workload)
+    if hosts is None:
+        return False
+    return any(not pod_terminating(p) and (p.get("spec") or {}).get("nodeName")
+               and (p.get("spec") or {}).get("nodeName") not in hosts for p in pods)
+
+
 def pod_fingerprint(pod: KubeObject) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_FINGERPRINT)
 

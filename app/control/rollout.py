@@ -117,6 +117,10 @@ def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.
     if inst.evicted or (obs.workload_evicted(workload) and inst.ran):
         return _event(ctx, vocab.EVENT_REPLICA_EVICTED, role, ordinal, inst.occurrence_key(),
                       "was evicted by Kueue and is rebuilt")
+    if obs.placement_drifted(workload, inst.pods):
+        return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
+                      "runs on a node Kueue no longer places it on (re-placed after a node failure) and is "
+                      "rebuilt whole")
     return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
                   "lost a Pod and is rebuilt whole")
 
@@ -194,7 +198,8 @@ class Situation(str, Enum):
     UNDECLARED = "undeclared"  # beyond the declared replicas, Pods or a Workload remain
     EMPTY_WITH_WORKLOAD = "empty-with-workload"  # no Pod, but its Workload stands
     EMPTY = "empty"  # nothing of it reads: it may be filled
-    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing
+    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing,
+    # or Kueue placing the group elsewhere than its Pods run
     SUPERSEDED = "superseded"  # queued (not admitted) on an obsolete render
     INCOMPLETE = "incomplete"  # a group not yet admitted lacks a member
     CURRENT = "current"  # on the current render
@@ -215,7 +220,7 @@ def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: Kub
     # An eviction stops a group that ran; a group evicted while still gated is only requeued.
     evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
     if (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
-            or (missing and admitted)):
+            or (missing and admitted) or (admitted and obs.placement_drifted(workload, pods))):
         return Situation.DEPARTED
     if not current and not admitted and not held:
         return Situation.SUPERSEDED

@@ -624,3 +624,28 @@ def test_a_replica_kueue_evicts_for_not_getting_ready_in_time_is_rebuilt_and_its
     now = {p["metadata"]["uid"] for p in sim.pods_of("pd-demo")}
     assert uids <= now and not stuck & now
     sim.check_departure_events()
+
+
+def test_a_replica_kueue_placed_elsewhere_after_a_node_failure_is_rebuilt() -> None:
+    """The soak's placement drift (bench/soak.md, bug 3): a node failed and came back; Kueue had
+    re-placed the replica's Workload on another node, while its Pod, which cannot move, kept running
+    where it was. The operator rebuilds that replica (one departure Event), so Kueue's accounting
+    matches what runs again; its siblings are not touched."""
+    sim = Sim()
+    sim.apply(chat(3))
+    running(sim, "qwen-chat")
+    victim = sim.replica_pods("qwen-chat", "server", 1)[0]
+    siblings = {p["metadata"]["uid"] for o in (0, 2) for p in sim.replica_pods("qwen-chat", "server", o)}
+    elsewhere = next(n for n in sim.nodes if n != victim["spec"]["nodeName"])
+    sim.workload_of("qwen-chat", "server", 1)["status"]["admission"] = {"podSetAssignments": [{
+        "name": "server", "count": 1, "topologyAssignment": {"levels": [vocab.LABEL_HOSTNAME], "slices": [
+            {"domainCount": 1, "podCounts": {"universal": 1}, "valuesPerLevel": [{"universal": elsewhere}]}]}}]}
+    record = sim.sync("qwen-chat")
+    assert record is not None and [n for n in record.deleted] == [victim["metadata"]["name"]]
+    assert sim.group("qwen-chat", "server", 1) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    restarted = sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
+    assert len(restarted) == 1 and "no longer places it" in restarted[0]["message"]
+    running(sim, "qwen-chat")
+    assert siblings <= {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")}
+    assert victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in sim.pods_of("qwen-chat")}
+    sim.check_departure_events()

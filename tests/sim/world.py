@@ -155,6 +155,16 @@ def admitted(wl: dict[str, Any] | None) -> bool:
     return wl is not None and cond_true(wl, "Admitted")
 
 
+def placed_elsewhere(wl: dict[str, Any] | None, pods: list[dict[str, Any]]) -> bool:
+    """Kueue's topology assignment names hosts, and a bound Pod of the group runs on another one."""
+    hosts = {values[-1].get("universal")
+             for psa in ((wl or {}).get("status") or {}).get("admission", {}).get("podSetAssignments") or []
+             for piece in (psa.get("topologyAssignment") or {}).get("slices") or []
+             for values in [piece.get("valuesPerLevel") or [{}]]}
+    return bool(hosts) and None not in hosts and any(
+        (p.get("spec") or {}).get("nodeName") not in (None, *hosts) for p in pods)
+
+
 def cards_of(pod: dict[str, Any], accelerator_key: str | None) -> int:
     requests = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources", {}).get("requests", {})
     if accelerator_key and accelerator_key in requests:
@@ -1151,6 +1161,7 @@ class Sim:
             # A Workload being deleted gives its Pods up (Kueue stops them): a lagging view may still
             # list them as live after the pass that deleted it.
             departed = (len(live) < len(pods) or any(pod_phase(p) in ("Failed", "Succeeded") for p in pods)
+                        or (admitted(wl) and placed_elsewhere(wl, live))
                         or (wl is not None and deleting(wl))
                         or (cond_true(wl or {}, "Evicted") and not all(gated(p) for p in pods))
                         or (admitted(wl) and len(pods) < size))

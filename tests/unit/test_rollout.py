@@ -238,3 +238,38 @@ def test_a_joint_set_asks_to_come_back_when_its_partial_reservation_is_released(
     whole = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=True, up_to_date=True)
                                         for o in p.ordinals]) for p in plans]
     assert gang.seconds_until_release(ctx, whole, now=since, release_after_seconds=600) is None
+
+
+def placed(host: str, *, levels: tuple[str, ...] = (vocab.LABEL_HOSTNAME,)) -> dict[str, Any]:
+    """An admitted Workload whose topology-aware placement names `host` (Kueue v1beta2's form)."""
+    wl = copy.deepcopy(ADMITTED)
+    values = [{"universal": "rack-0"}] * (len(levels) - 1) + [{"universal": host}]
+    wl["status"]["admission"] = {"podSetAssignments": [{"name": "server", "count": 1, "topologyAssignment": {
+        "levels": list(levels), "slices": [{"domainCount": 1, "podCounts": {"universal": 1},
+                                             "valuesPerLevel": values}]}}]}
+    return wl
+
+
+def on(node: str, **kw: Any) -> dict[str, Any]:
+    p = pod(**kw)
+    p["spec"]["nodeName"] = node
+    return p
+
+
+def test_a_group_kueue_placed_elsewhere_than_its_pods_run_is_departed():
+    """bench/soak.md, bug 3: after a node failure Kueue re-places the group's Workload while its Pod
+    cannot move; the replica is rebuilt so that Kueue's accounting matches what runs again."""
+    drifted = dict(declared=True, inst=instance(on("node-a")), workload=placed("node-b"), fingerprint=FP, size=1,
+                   held=False)
+    assert classify(**drifted) == Situation.DEPARTED
+    assert classify(**{**drifted, "workload": placed("node-a")}) == Situation.CURRENT
+    racks = placed("node-b", levels=("topology.gpustack.ai/rack", vocab.LABEL_HOSTNAME))
+    assert classify(**{**drifted, "workload": racks}) == Situation.DEPARTED
+    # Nothing to compare: no placement, a Pod not bound yet, or an encoding not spelt out per host.
+    assert classify(**{**drifted, "workload": ADMITTED}) == Situation.CURRENT
+    assert classify(**{**drifted, "inst": instance(pod())}) == Situation.CURRENT
+    compressed = placed("node-b")
+    compressed["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"][0]["valuesPerLevel"] = [
+        {"individual": {"prefix": "node-", "roots": ["a", "b"]}}]
+    assert classify(**{**drifted, "workload": compressed}) == Situation.CURRENT
+    assert obs.placement_hosts(placed("node-b")) == {"node-b"}
