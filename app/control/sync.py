@@ -13,12 +13,12 @@ from app import vocab
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
-from app.control import gang, status
+from app.control import gang, status, teardown
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
 from app.control.intents import Intent, RecordEvent
-from app.control.rollout import Action, RolePlan, plan_role, workload_delete
+from app.control.rollout import Action, RolePlan, plan_role
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names, tenant
@@ -183,14 +183,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
         if not finalizing:
             children.extend(_services(ctx, render, plan))
     # Pods of roles no longer declared (cannot happen through admission, but never leak them).
-    declared = {r.role.name for r in renders}
-    for role_name, by_ordinal in observed_pods.items():
-        if role_name in declared:
-            continue
-        for ordinal in by_ordinal:
-            group = names.pod_group(ctx.namespace, ctx.name, role_name, ordinal)
-            intents.append(workload_delete(ctx.namespace, group, world.workload(ctx.namespace, group),
-                                           "role no longer declared"))
+    intents.extend(teardown.orphan_workload_deletes(ctx, observed_pods, {r.role.name for r in renders}))
 
     if not finalizing:
         children.extend(render_router(ctx, renders))
@@ -201,10 +194,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _resync_after(ctx, plans, settings, now))
     if finalizing:
-        workloads_left = any(
-            world.workload(ctx.namespace, names.pod_group(ctx.namespace, ctx.name, plan.role, p.ordinal)) is not None
-            for plan in plans for p in plan.ordinals)
-        result.finalized = not observed_pods and not workloads_left
+        result.finalized = teardown.finalized(ctx, plans, observed_pods)
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
 
