@@ -188,7 +188,8 @@ class Soak:
                                render_options=settings.render_options(),
                                webhook_url=f"https://127.0.0.1:{op.webhook_port}", webhook_verify=str(cp.ca_cert_path),
                                operator_pid=lambda: cp.components["operator"].pid if cp.components["operator"].alive() else None,
-                               hooks_url=f"http://127.0.0.1:{op.hooks_port}", scalers=scalers)
+                               hooks_url=f"http://127.0.0.1:{op.hooks_port}", scalers=scalers,
+                               nodes=set(self.node_manifests))
 
     # --- small API helpers -------------------------------------------------------------------------
 
@@ -784,45 +785,71 @@ class Soak:
                               "lastTransitionTime": now}]}}))
             time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
         finally:
-            self.request("PATCH", f"/api/v1/nodes/{node}", client=self.bg_api, headers=MERGE_PATCH,
-                         content=json.dumps({"metadata": {"labels": {e2e_cluster.KWOK_NODE_LABEL:
-                                                                     e2e_cluster.KWOK_NODE_LABEL_VALUE}}}))
-            self.nodes_out.discard(node)
-            self.ledger.touch(names)
-        return self.ledger.finish(action, "ok")
-
-    def fault_node_delete(self) -> Action:
-        """The Node object deleted (its Pods are garbage-collected), then the node joins again."""
-        picked = self.pick_node()
-        if picked is None:
-            return self.ledger.finish(self.ledger.begin("departure", "node-delete", "-"), "skipped", "no node")
-        node, names = picked
-        self.nodes_out.add(node)
-        action = self.ledger.begin("departure", "node-delete", f"{node} ({', '.join(sorted(names))})", touch=names)
-        self.explain_node(action, node, names)
-        try:
-            self.request("DELETE", f"/api/v1/nodes/{node}", client=self.bg_api)
-            time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
-            # The node joins again once the pod garbage collector has removed its Pods: a node that
-            # re-registers with its Pods still bound makes Kueue's placement drift from where the Pods
-            # run (bench/soak.md, bug 3), which no controller of ours can see or undo.
             deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
-            while time.monotonic() < deadline:
-                pods = self.request("GET", POD_PATH, client=self.bg_api,
-                                    params={"fieldSelector": f"spec.nodeName={node}"}).json()["items"]
-                if not pods:
-                    break
-                time.sleep(2.0)
-        finally:
-            manifest = self.node_manifests[node]
-            for _ in range(30):
-                r = self.request("POST", "/api/v1/nodes", client=self.bg_api, json=manifest)
-                if r.status_code < 300 or r.status_code == 409 and "being deleted" not in r.text:
+            while time.monotonic() < deadline:  # through an API server restart, if one is under way
+                r = self.request("PATCH", f"/api/v1/nodes/{node}", client=self.bg_api, headers=MERGE_PATCH,
+                                 content=json.dumps({"metadata": {"labels": {e2e_cluster.KWOK_NODE_LABEL:
+                                                                             e2e_cluster.KWOK_NODE_LABEL_VALUE}}}))
+                if r.status_code < 300:
                     break
                 time.sleep(1.0)
             self.nodes_out.discard(node)
             self.ledger.touch(names)
         return self.ledger.finish(action, "ok")
+
+    def fault_node_delete(self) -> Action:
+        """The Node object deleted, then the node joins again: at once, as a kubelet registers its
+        node again with its Pods still bound (Kueue may have re-placed their Workloads meanwhile:
+        bench/soak.md, bug 3), or once the pod garbage collector has removed its Pods (a machine
+        replaced). The fault ends when the node is Ready and no Pod is bound to a missing node."""
+        picked = self.pick_node()
+        if picked is None:
+            return self.ledger.finish(self.ledger.begin("departure", "node-delete", "-"), "skipped", "no node")
+        node, names = picked
+        quick = self.rng.random() < 0.5
+        self.nodes_out.add(node)
+        action = self.ledger.begin("departure", "node-delete", f"{node} ({', '.join(sorted(names))}; "
+                                   f"{'registers again at once' if quick else 'joins once its Pods are gone'})",
+                                   touch=names)
+        self.explain_node(action, node, names)
+        try:
+            self.request("DELETE", f"/api/v1/nodes/{node}", client=self.bg_api)
+            time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
+            deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
+            while not quick and time.monotonic() < deadline and self.pods_on(node):
+                time.sleep(2.0)
+        finally:
+            self.rejoin(node)
+            deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
+            while time.monotonic() < deadline and self.orphans():
+                time.sleep(2.0)
+            self.nodes_out.discard(node)
+            self.ledger.touch(names)
+        return self.ledger.finish(action, "ok")
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        return self.request("GET", POD_PATH, client=self.bg_api,
+                            params={"fieldSelector": f"spec.nodeName={node}"}).json()["items"]
+
+    def orphans(self) -> list[str]:
+        """Pods bound to a node that does not exist (the pod garbage collector's next victims)."""
+        nodes = {n["metadata"]["name"] for n in self.request("GET", "/api/v1/nodes", client=self.bg_api).json()["items"]}
+        pods = self.request("GET", POD_PATH, client=self.bg_api).json()["items"]
+        return [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") and p["spec"]["nodeName"] not in nodes]
+
+    def rejoin(self, node: str) -> None:
+        """Creates the node again (through API server restarts) and waits until kwok has it Ready."""
+        deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            current = self.request("GET", f"/api/v1/nodes/{node}", client=self.bg_api)
+            if current.status_code == 200 and not current.json()["metadata"].get("deletionTimestamp"):
+                if any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in (current.json().get("status") or {}).get("conditions") or []):
+                    return
+            elif current.status_code == 404:
+                self.request("POST", "/api/v1/nodes", client=self.bg_api, json=self.node_manifests[node])
+            time.sleep(1.0)
+        self.ledger.violation("component", f"node {node} could not be registered again", [f"Node/{node}"])
 
     def fault_operator_kill(self) -> Action:
         comp = self.cp.components["operator"]
@@ -960,6 +987,14 @@ class Soak:
 
 
 def git_describe() -> dict[str, str]:
+    """The code that ran: the checkout's HEAD (dirty when files outside the soak's own differ), or,
+    for a run from a clean `git archive` export, the commit named by SOAK_EXPORT_COMMIT."""
+    exported = os.environ.get("SOAK_EXPORT_COMMIT")
+    if exported:
+        subject = subprocess.run(["git", "log", "-1", "--format=%s", exported], cwd=os.environ.get("SOAK_EXPORT_REPO", ROOT),
+                                 capture_output=True, text=True, check=False).stdout.strip()
+        return {"commit": exported, "dirty": "no (a clean export of the commit)", "subject": subject[:120]}
+
     def run(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 

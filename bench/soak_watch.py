@@ -139,7 +139,7 @@ class Watcher:
 
     def __init__(self, api: httpx.Client, ledger: Ledger, shapes: list[Shape], *, render_options: RenderOptions,
                  webhook_url: str, webhook_verify: str, operator_pid: Callable[[], int | None],
-                 hooks_url: str, scalers: bool) -> None:
+                 hooks_url: str, scalers: bool, nodes: set[str] | None = None) -> None:
         self.api = api
         self.ledger = ledger
         self.shapes = {s.name: s for s in shapes}
@@ -149,6 +149,7 @@ class Watcher:
         self.hooks = httpx.Client(base_url=hooks_url, timeout=5)
         self.operator_pid = operator_pid
         self.with_scalers = scalers
+        self.expected_nodes = nodes or set()
         self.latest: Observation | None = None
         self.tick = 0
         self.read_failures = 0
@@ -393,6 +394,9 @@ class Watcher:
             down = [n["metadata"]["name"] for n in self._nodes if not node_ready(n)]
             if down:
                 return f"nodes not Ready: {down}"
+            missing = sorted(self.expected_nodes - {n["metadata"]["name"] for n in self._nodes})
+            if missing:
+                return f"nodes missing: {missing}"
         return ""
 
     # --- invariants ---------------------------------------------------------------------------------
