@@ -90,7 +90,7 @@ BACKGROUND_PLATFORM_CHANCE = 0.7
 #: recomputes the topology assignment of the Workloads on it, but a plain Pod cannot move (its node
 #: selector is immutable) and the operator never replaces a Pod on a NotReady node, so the Workload
 #: ends up claiming a node its Pod does not run on and the next replica placed by that accounting
-#: never fits (bench/soak.md, "Bugs found on the way"). Kueue 0.19 skips the recomputation for
+#: never fits (bench/soak.md#bugs-found-on-the-way). Kueue 0.19 skips the recomputation for
 #: single-Pod Workloads only, not for pod groups such as ours.
 KUEUE_FEATURE_GATES = {"TASFailedNodeReplacement": False, "TASFailedNodeReplacementFailFast": False,
                        "TASReplaceNodeOnPodTermination": False}

@@ -2,7 +2,7 @@
 
 An observation reads each kind once (one list call per kind; the slow-moving kinds every few
 ticks) and everything is derived from that one read, never from a second read of moving state.
-The invariants (bench/soak.md, "Invariants"):
+The invariants (bench/soak.md#invariants):
 
 - ``turnover``: never more than one Ready replica of a role lost at once to a turnover; a replica
   lost while a departure fault covers it (its Pod or Workload deleted, its node NotReady or deleted,
