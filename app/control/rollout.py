@@ -117,10 +117,6 @@ def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.
     if inst.evicted or (obs.workload_evicted(workload) and inst.ran):
         return _event(ctx, vocab.EVENT_REPLICA_EVICTED, role, ordinal, inst.occurrence_key(),
                       "was evicted by Kueue and is rebuilt")
-    if obs.placement_drifted(workload, inst.pods):
-        return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
-                      "runs on a node Kueue no longer places it on (re-placed after a node failure) and is "
-                      "rebuilt whole")
     return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
                   "lost a Pod and is rebuilt whole")
 
@@ -198,8 +194,8 @@ class Situation(str, Enum):
     UNDECLARED = "undeclared"  # beyond the declared replicas, Pods or a Workload remain
     EMPTY_WITH_WORKLOAD = "empty-with-workload"  # no Pod, but its Workload stands
     EMPTY = "empty"  # nothing of it reads: it may be filled
-    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing,
-    # or Kueue placing the group elsewhere than its Pods run
+    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing
+    DRIFTED = "drifted"  # admitted, but Kueue places the group elsewhere than its Pods run: a turnover candidate
     SUPERSEDED = "superseded"  # queued (not admitted) on an obsolete render
     INCOMPLETE = "incomplete"  # a group not yet admitted lacks a member
     CURRENT = "current"  # on the current render
@@ -220,8 +216,10 @@ def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: Kub
     # An eviction stops a group that ran; a group evicted while still gated is only requeued.
     evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
     if (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
-            or (missing and admitted) or (admitted and obs.placement_drifted(workload, pods))):
+            or (missing and admitted)):
         return Situation.DEPARTED
+    if admitted and obs.placement_drifted(workload, pods):
+        return Situation.DRIFTED
     if not current and not admitted and not held:
         return Situation.SUPERSEDED
     if missing:
@@ -404,6 +402,20 @@ def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None
 def _obsolete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
               workload: KubeObject | None) -> None:
     """A turnover candidate: replaced when the gates allow, else kept as it is."""
+    _turn_over(p, entry, inst, workload, "is restarted to roll out a changed render", "rollout")
+
+
+def _drifted(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+             workload: KubeObject | None) -> None:
+    """Kueue re-placed the group after a node failure while its Pods could not move, so its
+    accounting of the node they run on is wrong (docs/kueue.md): the replica is replaced like a
+    rollout's, under the same gates, so that what Kueue accounts matches what runs again."""
+    _turn_over(p, entry, inst, workload, "runs on a node Kueue no longer places it on (Kueue re-placed it "
+               "after a node failure) and is restarted where Kueue places it", "placement drift")
+
+
+def _turn_over(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None, workload: KubeObject | None,
+               what: str, why: str) -> None:
     assert inst is not None
     serving = inst.ready(p.role.size)
     turn_over = may_turn_over(serving=serving, held=p.render.hold is not None, admission_gate=p.admission_gate,
@@ -417,9 +429,8 @@ def _obsolete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
     p.ready_turnover_taken = p.ready_turnover_taken or serving
     entry.action = Action.REPLACE
     _let_go(entry)
-    p.event(vocab.EVENT_REPLICA_RESTARTED, entry.ordinal, inst.occurrence_key(),
-            "is restarted to roll out a changed render")
-    p.delete_workload(entry.ordinal, workload, "rollout")
+    p.event(vocab.EVENT_REPLICA_RESTARTED, entry.ordinal, inst.occurrence_key(), what)
+    p.delete_workload(entry.ordinal, workload, why)
 
 
 RULES = {
@@ -432,6 +443,7 @@ RULES = {
     Situation.INCOMPLETE: _incomplete,
     Situation.CURRENT: _current,
     Situation.OBSOLETE: _obsolete,
+    Situation.DRIFTED: _drifted,
 }
 
 

@@ -629,8 +629,8 @@ def test_a_replica_kueue_evicts_for_not_getting_ready_in_time_is_rebuilt_and_its
 def test_a_replica_kueue_placed_elsewhere_after_a_node_failure_is_rebuilt() -> None:
     """The soak's placement drift (bench/soak.md, bug 3): a node failed and came back; Kueue had
     re-placed the replica's Workload on another node, while its Pod, which cannot move, kept running
-    where it was. The operator rebuilds that replica (one departure Event), so Kueue's accounting
-    matches what runs again; its siblings are not touched."""
+    where it was. The operator replaces that replica under the rollout's gates (its siblings Ready),
+    so Kueue's accounting matches what runs again; its siblings are not touched."""
     sim = Sim()
     sim.apply(chat(3))
     running(sim, "qwen-chat")

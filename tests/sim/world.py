@@ -1161,11 +1161,11 @@ class Sim:
             # A Workload being deleted gives its Pods up (Kueue stops them): a lagging view may still
             # list them as live after the pass that deleted it.
             departed = (len(live) < len(pods) or any(pod_phase(p) in ("Failed", "Succeeded") for p in pods)
-                        or (admitted(wl) and placed_elsewhere(wl, live))
                         or (wl is not None and deleting(wl))
                         or (cond_true(wl or {}, "Evicted") and not all(gated(p) for p in pods))
                         or (admitted(wl) and len(pods) < size))
-            obsolete = any(fingerprint(p) != current_fp for p in pods)
+            # Kueue placing the group elsewhere than its Pods run is replaced as a rollout is.
+            obsolete = any(fingerprint(p) != current_fp for p in pods) or (admitted(wl) and placed_elsewhere(wl, live))
             if not declared:
                 why = "shed"
             elif departed:

@@ -256,15 +256,18 @@ def on(node: str, **kw: Any) -> dict[str, Any]:
     return p
 
 
-def test_a_group_kueue_placed_elsewhere_than_its_pods_run_is_departed():
+def test_a_group_kueue_placed_elsewhere_than_its_pods_run_is_drifted():
     """bench/soak.md, bug 3: after a node failure Kueue re-places the group's Workload while its Pod
-    cannot move; the replica is rebuilt so that Kueue's accounting matches what runs again."""
+    cannot move; the replica is replaced (under the rollout's gates) so Kueue's accounting matches
+    what runs again."""
     drifted = dict(declared=True, inst=instance(on("node-a")), workload=placed("node-b"), fingerprint=FP, size=1,
                    held=False)
-    assert classify(**drifted) == Situation.DEPARTED
+    assert classify(**drifted) == Situation.DRIFTED
     assert classify(**{**drifted, "workload": placed("node-a")}) == Situation.CURRENT
     racks = placed("node-b", levels=("topology.gpustack.ai/rack", vocab.LABEL_HOSTNAME))
-    assert classify(**{**drifted, "workload": racks}) == Situation.DEPARTED
+    assert classify(**{**drifted, "workload": racks}) == Situation.DRIFTED
+    # A departure still wins: the Pod is going anyway.
+    assert classify(**{**drifted, "inst": instance(on("node-a", deleting=True))}) == Situation.DEPARTED
     # Nothing to compare: no placement, a Pod not bound yet, or an encoding not spelt out per host.
     assert classify(**{**drifted, "workload": ADMITTED}) == Situation.CURRENT
     assert classify(**{**drifted, "inst": instance(pod())}) == Situation.CURRENT
