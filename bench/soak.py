@@ -311,8 +311,11 @@ class Soak:
         end = self.ledger.now() + length
         if self.rng.random() < BACKGROUND_PLATFORM_CHANCE:
             self.spawn(self.rng.choice(PLATFORM), delay=self.rng.uniform(0, length * 0.6))
-        while self.ledger.now() < end:
-            if self.rng.random() < DEPARTURE_CHANCE:
+        # Operations go on past the phase's length while a fault started in it is still under way
+        # (a node waiting for its Pods to be collected, a preemptor holding its quota).
+        while self.ledger.now() < end or (any(t.is_alive() for t in self.background)
+                                          and self.ledger.now() < end + 150):
+            if self.rng.random() < DEPARTURE_CHANCE and self.ledger.now() < end:
                 kind = self.rng.choice(DEPARTURES)
                 if kind in ("preemption", "node-notready", "node-delete"):
                     self.spawn(kind)
@@ -530,6 +533,8 @@ class Soak:
             if not low <= target <= high:
                 return None
         action = self.ledger.begin("op", kind, f"{shape.name}/{shape.roles()[i]} {current}->{target}", touch=[shape.name])
+        for ordinal in range(target, current):  # shed by the user's word, not lost to a turnover
+            self.ledger.explain(action, shape.name, shape.roles()[i], ordinal)
         self.patch_md(action, shape.name, [{"op": "test", "path": f"/spec/roles/{i}/replicas", "value": current},
                                            {"op": "replace", "path": f"/spec/roles/{i}/replicas", "value": target}],
                       before=md)
@@ -555,6 +560,9 @@ class Soak:
         if not 1 <= target <= shape.max_replicas:
             target = current - step
         action = self.ledger.begin("op", "scale-scaler", f"mds/{shape.name} {current}->{target}", touch=[shape.name])
+        for role in shape.roles():  # ratio 1 on every role (bench/soak_world.py)
+            for ordinal in range(target, current):
+                self.ledger.explain(action, shape.name, role, ordinal)
         proc = self.cp.kubectl("scale", f"mds/{shape.name}", "-n", NS, f"--replicas={target}", check=False, timeout=30)
         if proc.returncode == 0:
             self.ledger.finish(action, "ok")

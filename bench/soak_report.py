@@ -20,7 +20,8 @@ def results(s: dict[str, Any]) -> str:
     lines += [
         f"**Run:** seed `{s['seed']}`, {s['duration_seconds'] / 60:.0f} minutes of schedule ({s['wall_seconds'] / 60:.1f} "
         f"minutes wall, start-up included), {s['size']} deployments, started {s['started']}, commit "
-        f"`{code['commit'][:10]}` ({code['subject']}){' with uncommitted changes' if code['dirty'] == 'yes' else ''}.",
+        f"`{code['commit'][:10]}` ({code['subject']}){' with uncommitted changes' if code['dirty'] == 'yes' else ''}"
+        f"{', run from a clean export of it' if code['dirty'].startswith('no (') else ''}.",
         "",
         f"Rerun: `{s['command']}`",
         "",
@@ -49,13 +50,14 @@ def results(s: dict[str, Any]) -> str:
               "converged; and after each chaos phase (operations and overlapping faults), from its last action.", "",
               "| after | n | p50 | p99 | max |", "| --- | ---: | ---: | ---: | ---: |"]
     for kind, c in s["convergence_after_fault"].items():
+        kind = "the last quiet (after the whole schedule)" if kind == "final" else kind
         lines.append(f"| {kind} | {c['n']} | {_cell(c['p50'])} | {_cell(c['p99'])} | {_cell(c['max'])} |")
     c = s["convergence_after_chaos"]
     lines.append(f"| chaos phase | {c['n']} | {_cell(c['p50'])} | {_cell(c['p99'])} | {_cell(c['max'])} |")
     cleanup = list(s["delete_cleanup_seconds"].values())
     if cleanup:
-        lines += ["", f"Deletes: from the deployment gone to nothing of it left: max {max(cleanup)} s "
-                      f"({len(cleanup)} deployments deleted at the end of their last delete)."]
+        lines += ["", f"Deletes: from a deleted deployment gone to nothing of it left (Pods, Workloads, Services, "
+                      f"router objects), the last delete of each of {len(cleanup)} deployments: max {max(cleanup)} s."]
     lines += ["", "### API requests by verb (apiserver_request_total, summed over API server restarts)", "",
               "| verb | requests |", "| --- | ---: |"]
     lines += [f"| {verb} | {n} |" for verb, n in s["apiserver_requests_by_verb"].items()]
