@@ -116,9 +116,8 @@ VLLM_ROUTER: Final = Router(
     name=vocab.ROUTER_VLLM,
     flags=rf.VLLM_ROUTER_FLAGS,
     owned_flags=rf.VLLM_ROUTER_OWNED_FLAGS,
-    # clap 4 (the image's binary): a repeated scalar option is an error, so every option the operator
-    # renders is owned, not merely defaulted.
-    parser="rust-clap: no abbreviations, a repeated option is an error, --flag=value accepted",
+    # clap 4 (the image's binary): no abbreviations, and a repeated scalar option is an error, so every
+    # option the operator renders is owned, not merely defaulted.
     default_image=rf.VLLM_ROUTER_IMAGE,
     render=render_vllm_router,
     engines=frozenset({vocab.ENGINE_VLLM}),
@@ -129,8 +128,7 @@ SGLANG_GATEWAY: Final = Router(
     name=vocab.ROUTER_SGLANG,
     flags=rf.SGLANG_GATEWAY_FLAGS,
     owned_flags=rf.SGLANG_GATEWAY_OWNED_FLAGS,
-    parser="python-argparse: unique prefixes of the launcher's options, a repeated option's last value wins, "
-           "--flag=value accepted",
+    # python-argparse: unique prefixes of the launcher's options, a repeated option's last value wins.
     default_image=rf.SGLANG_GATEWAY_IMAGE,
     render=render_sglang_gateway,
     engines=frozenset({vocab.ENGINE_SGLANG}),

@@ -263,7 +263,7 @@ LLMD: Final = Router(
     name=vocab.ROUTER_LLMD,
     flags=rf.LLMD_EPP_FLAGS,  # router.extraArgs go to the EPP container
     owned_flags=rf.LLMD_OWNED_FLAGS,
-    parser="go-pflag: no abbreviations, a repeated option's last value wins, --flag=value accepted",
+    # go-pflag: no abbreviations, a repeated option's last value wins.
     default_image=rf.LLMD_EPP_IMAGE,
     render=render,
     reads_threshold=True,

@@ -62,7 +62,7 @@ class Router:
     - `flags`: the long options (no dashes) its entrypoint accepts, which `router.extraArgs` reach;
       `owned_flags`: the ones the operator renders or that break its wiring (refused, rule 18);
       `abbreviations`: the options a unique prefix may stand for (an argparse entrypoint; empty:
-      exact names only); `parser`: how the entrypoint reads its line (app/engines/router_flags.py);
+      exact names only); every entrypoint takes `--flag=value` besides `--flag value`;
     - `default_image`: its image when neither `spec.router.image` nor the operator's setting names one;
     - `render`: its Pod (containers, ports, probes, config documents, RBAC);
     - `engines`: the engines it routes (None: every engine);
@@ -76,7 +76,6 @@ class Router:
     name: str
     flags: frozenset[str]
     owned_flags: frozenset[str]
-    parser: str
     default_image: str
     render: RenderRouter
     engines: frozenset[str] | None = None

@@ -4,7 +4,7 @@ operator owns on it.
 For each router (`llm-d-router`, `vllm-router`, `sglang-gateway`) this module records
 
 * the long option names its container's entrypoint accepts (without the leading ``--``),
-* (each router's entry records how that entrypoint parses them: abbreviations, repeated options),
+* how that entrypoint parses them (abbreviations, repeated options: noted on each router's entry),
 * the options the operator renders and therefore owns (admission refuses them in
   ``spec.router.extraArgs``, rule 18),
 * the images, commands, ports, paths and config-document names the routers' Pods are rendered with
