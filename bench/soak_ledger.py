@@ -26,6 +26,7 @@ class Action:
     result: str = ""  # ok, refused, failed: <why>
     detail: str = ""
     episode: int = 0
+    touches: list[str] = field(default_factory=list)  # the deployments it may change
 
     def line(self) -> str:
         end = f"{self.end:.1f}" if self.end is not None else "…"
@@ -80,7 +81,8 @@ class Ledger:
         """Records an action before it is carried out; `touch` names the deployments it may change
         (their children lose the "nothing touched it" guarantee from now on)."""
         with self.lock:
-            action = Action(len(self.actions) + 1, category, kind, target, self.now(), episode=self.episode)
+            action = Action(len(self.actions) + 1, category, kind, target, self.now(), episode=self.episode,
+                            touches=sorted(touch))
             self.actions.append(action)
             for name in touch:
                 self.touched[name] = action.start
@@ -106,6 +108,11 @@ class Ledger:
     def explained(self, deployment: str, role: str, ordinal: int, t: float) -> bool:
         with self.lock:
             return any(e.covers(deployment, role, ordinal, t) for e in self.explanations)
+
+    def in_flight(self, deployment: str) -> bool:
+        """An action that may change the deployment has begun and not ended yet."""
+        with self.lock:
+            return any(a.end is None and deployment in a.touches for a in self.actions)
 
     def last_touch(self, deployment: str) -> float:
         with self.lock:

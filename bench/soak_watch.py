@@ -483,7 +483,8 @@ class Watcher:
         for name, md in obs.mds.items():
             touched = self.ledger.last_touch(name)
             base = self._baseline.get(name)
-            if base is not None and (base[0] != uid(md) or touched >= base[1] - 1.0):
+            busy = self.ledger.in_flight(name)
+            if base is not None and (base[0] != uid(md) or touched >= base[1] - 1.0 or busy):
                 del self._baseline[name]
                 base = None
             if base is not None:
@@ -504,7 +505,7 @@ class Watcher:
                             [f"ModelDeployment/{name}", *sorted(before ^ after)], key=f"{name}/{kind}/{sorted(before ^ after)}")
                         del self._baseline[name]
                         break
-            elif not obs.converged.get(name, "x") and touched < obs.t0 - 1.0:
+            elif not obs.converged.get(name, "x") and touched < obs.t0 - 1.0 and not busy:
                 snapshot = self.child_uids(obs, md)
                 if snapshot is not None:
                     self._baseline[name] = (uid(md), obs.t0, snapshot)
