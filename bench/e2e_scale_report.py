@@ -212,11 +212,19 @@ def section(results: dict[str, Any]) -> str:
              "kwok nodes and a ClusterQueue with our joint AdmissionCheck and room for every Pod. Deployments of "
              "about 10 Pods in three shapes taken in turn: two Server roles of 5 one-Pod replicas (vLLM), 5 "
              "replicas of size 2 (SGLang), a routed prefill/decode pair (4 + 5 replicas, llm-d router, KV cache). "
-             "Each N runs twice on the same cluster, the operator first, then the **baseline**: a hook service "
+             "Each N runs on one cluster, the operator first, then the **baseline**: a hook service "
              "answering the children our render precomputed for each spec, after an orjson parse, with the same "
              "replacement cadence and the same AdmissionCheck writes "
-             "(bench/e2e_scale_baseline.py), so Metacontroller, the API server, Kueue and kwok do the same work.",
-             "", "![e2e scale](e2e-scale.png)", ""]
+             "(bench/e2e_scale_baseline.py), so Metacontroller, the API server, Kueue and kwok do the same work; "
+             "then, when the run has them, the operator and LeaderWorkerSet on LWS's shape (below).",
+             ""]
+    for run in results.get("runs") or []:
+        lines.append(f"- N = {', '.join(map(str, run['sizes']))}: run {run['started']} -> {run['finished']} "
+                     f"({run['source']}), load average {run['loadavg_start']} at start, {run['loadavg_end']} at end"
+                     + (f"; {run['note']}" if run.get("note") else ""))
+    if results.get("runs"):
+        lines.append("")
+    lines += ["![e2e scale](e2e-scale.png)", ""]
     rows = goals(results)
     if rows:
         lines += ["| goal | measured | target | |", "| --- | ---: | ---: | --- |"]
@@ -224,6 +232,9 @@ def section(results: dict[str, Any]) -> str:
             verdict = "n/a" if ok is None else ("met" if ok else "**not met**")
             lines.append(f"| {name} | {measured} | {target} | {verdict} |")
         lines.append("")
+    notes = results.get("notes") or []
+    if notes:
+        lines += ["What the run says (written with its results):", ""] + [f"- {note}" for note in notes] + [""]
     lines += ["Seconds until done (apply: every Pod and deployment Ready; edit: every Pod of the new image, Ready; "
               "delete: no deployment, Pod, Workload or Service left), hook calls and latency over the three phases, "
               "CPU-seconds over the three phases:", "",
