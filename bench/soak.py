@@ -64,7 +64,8 @@ MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 
 #: Every deployment converges within this many seconds after the last fault (bench/soak.md).
 DEFAULT_BOUND_SECONDS = 240.0
-CHAOS_SECONDS = (35.0, 45.0)
+CHAOS_SECONDS = (25.0, 32.0)
+CHAOS_OVERRUN_SECONDS = 90.0  # operations go on at most this long for a chaos fault still under way
 OP_INTERVAL = (0.03, 0.25)
 FREEZE_SECONDS = (12.0, 16.0)  # longer than Metacontroller's 10 s hook timeout
 NODE_DOWN_SECONDS = (8.0, 20.0)
@@ -314,7 +315,7 @@ class Soak:
         # Operations go on past the phase's length while a fault started in it is still under way
         # (a node waiting for its Pods to be collected, a preemptor holding its quota).
         while self.ledger.now() < end or (any(t.is_alive() for t in self.background)
-                                          and self.ledger.now() < end + 150):
+                                          and self.ledger.now() < end + CHAOS_OVERRUN_SECONDS):
             if self.rng.random() < DEPARTURE_CHANCE and self.ledger.now() < end:
                 kind = self.rng.choice(DEPARTURES)
                 if kind in ("preemption", "node-notready", "node-delete"):
