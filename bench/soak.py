@@ -1095,7 +1095,7 @@ def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_S
             soak.watcher.stop()
             summary = summarize(soak, seed, duration, size, command, started, time.monotonic() - t0)
             if out_json is not None:
-                out_json.write_text(json.dumps(summary, indent=1, default=str) + "\n")
+                write_json(summary, out_json)
             if out_md is not None:
                 from bench.soak_report import write_report
                 write_report(summary, out_md)
@@ -1103,6 +1103,15 @@ def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_S
         return summary
     finally:
         cp.stop(keep_work_dir=keep or failed)
+
+
+def write_json(summary: dict[str, Any], path: Path) -> None:
+    """The summary indented, the history one action per line (thousands of them)."""
+    body = json.dumps({k: v for k, v in summary.items() if k != "actions"}, indent=1, default=str)
+    actions = ",\n".join("  " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in a.items()},
+                                            default=str, separators=(",", ":"))
+                          for a in summary["actions"])
+    path.write_text(body[:-2] + ',\n "actions": [\n' + actions + "\n ]\n}\n")
 
 
 def wire_scalers(cp: e2e_cluster.ControlPlane, op: md_operator.Operator) -> None:
