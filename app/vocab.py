@@ -391,3 +391,8 @@ REASON_DEPLOYMENT_UNKNOWN = "DeploymentUnknown"
 EVENT_SCALED = "Scaled"
 EVENT_SCALE_REFUSED = "ScaleRefused"
 EVENT_REPLICAS_CONFLICT = "ReplicasConflict"
+
+# Idle keep-alive of both listeners, above the 90 s after which Go's HTTP transport (the API server's
+# webhook client, Metacontroller's hook client) drops an idle connection itself: a server closing first
+# races the client's next request on that connection, which a POST sees as EOF (docs/operations.md#security).
+SERVER_KEEP_ALIVE_SECONDS = 120

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import uvicorn
 
+from app import vocab
 from app.settings import Settings
 from app.web.guard import HOOK_PATHS, WEBHOOK_PATHS, Listener
 from app.web.tls import CertificateReloader
@@ -42,7 +43,7 @@ def listeners(app: Any, settings: Settings, *, host: str, port: int, hooks_port:
     tls = settings.tls_cert_file is not None and settings.tls_key_file is not None
     webhook_app = app if hooks_port == 0 else Listener(app, WEBHOOK_PATHS)
     webhooks = uvicorn.Config(
-        webhook_app, host=host, port=port, lifespan="on", **options,
+        webhook_app, host=host, port=port, lifespan="on", timeout_keep_alive=vocab.SERVER_KEEP_ALIVE_SECONDS, **options,
         ssl_certfile=str(settings.tls_cert_file) if tls else None,
         ssl_keyfile=str(settings.tls_key_file) if tls else None,
     )
@@ -50,7 +51,7 @@ def listeners(app: Any, settings: Settings, *, host: str, port: int, hooks_port:
     if hooks_port != 0:
         # The second listener shares the first one's app and lifespan state.
         configs.append(uvicorn.Config(Listener(app, HOOK_PATHS), host=host, port=hooks_port, lifespan="off",
-                                      **options))
+                                      timeout_keep_alive=vocab.SERVER_KEEP_ALIVE_SECONDS, **options))
     reloader = None
     if tls:
         webhooks.load()  # builds the SSLContext now, so the reloader holds the one the listener serves

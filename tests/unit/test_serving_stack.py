@@ -54,3 +54,17 @@ def test_run_serves_on_uvloop_until_the_listeners_stop():
     run(listening, Settings(kube="off"))
     assert seen and seen[0].startswith("uvloop")
     assert isinstance(listening.servers[0], uvicorn.Server)
+
+
+def test_both_listeners_keep_idle_connections_longer_than_gos_http_clients():
+    """The API server's and Metacontroller's Go transports drop an idle connection after 90 s; a
+    server that closes first races their next POST on it (seen as EOF on a webhook answer)."""
+    from app import vocab
+    from app.main import create_app
+    from app.settings import Settings
+    from app.web.serving import listeners
+
+    app = create_app(Settings(kube="off"))
+    listening = listeners(app, Settings(kube="off"), host="127.0.0.1", port=0, hooks_port=1, log_level="warning")
+    assert [s.config.timeout_keep_alive for s in listening.servers] == [vocab.SERVER_KEEP_ALIVE_SECONDS] * 2
+    assert vocab.SERVER_KEEP_ALIVE_SECONDS > 90
