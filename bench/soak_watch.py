@@ -434,7 +434,8 @@ class Watcher:
                         self._was_ready.add(key)
                         lost.pop(ordinal, None)
                     elif key in self._was_ready and ordinal not in lost:
-                        lost[ordinal] = self.ledger.explained(name, r, ordinal, obs.t0)
+                        lost[ordinal] = (self.ledger.explained(name, r, ordinal, obs.t0)
+                                         or self.on_unready_node(by_ordinal.get((r, ordinal), [])))
                         self.stats["Ready replicas lost, explained by a departure" if lost[ordinal]
                                    else "Ready replicas lost to a turnover"] += 1
                 unexplained = sorted(o for o, why in lost.items() if not why)
@@ -451,6 +452,15 @@ class Watcher:
         for key in list(self._lost):
             if key not in alive:
                 del self._lost[key]
+
+    def on_unready_node(self, pods: list[dict[str, Any]]) -> bool:
+        """A Pod of the replica is on a node that is not Ready or is gone (the node lifecycle
+        controller marks its Pods not Ready: a departure, whoever caused it — a fault of the soak's,
+        or kwok's heartbeats lagging after an API server restart)."""
+        if self._nodes is None:
+            return False
+        ready = {n["metadata"]["name"] for n in self._nodes if node_ready(n)}
+        return any(p["spec"].get("nodeName") and p["spec"]["nodeName"] not in ready for p in pods)
 
     def check_ordinals(self, obs: Observation) -> None:
         running: dict[tuple[str, str, int, str], list[dict[str, Any]]] = defaultdict(list)
