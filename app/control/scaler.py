@@ -303,7 +303,7 @@ def plan(scaler: ModelDeploymentScaler, deployment: KubeObject | None, settings:
         return result
     refusal = step_refusal(scaler, md, settings.max_pods_per_deployment)
     if refusal is not None:
-        return refused(result, facts, quota, refusal, now)
+        return refused(result, refusal, now)
     assert deployment is not None
     changed = conflict(scaler.status, facts)
     differs = any(f.declared != f.desired for f in facts)
@@ -327,14 +327,13 @@ def plan(scaler: ModelDeploymentScaler, deployment: KubeObject | None, settings:
     return result
 
 
-def refused(result: ScalerResult, facts: list[RoleFacts] | None, quota: ConditionValue | None, message: str,
-            now: str) -> ScalerResult:
+def refused(result: ScalerResult, message: str, now: str) -> ScalerResult:
     """The pass's answer when the step cannot be written: ScaleRefused with the reason, a Warning Event,
     no write, and a retry later (the cause may go away: another role scaled down, the bound raised)."""
     scaler = result.scaler
     assert scaler is not None
-    facts = facts if facts is not None else role_facts(scaler, result.deployment)
-    quota = quota if quota is not None else quota_condition(result.deployment, facts)
+    facts = role_facts(scaler, result.deployment)
+    quota = quota_condition(result.deployment, facts)
     text = f"the step to {scaler.spec.replicas} units is not written: {message}"
     active = _active("False", vocab.REASON_SCALE_REFUSED, text)
     intents: list[Intent] = [i for i in result.intents

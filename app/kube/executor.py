@@ -130,19 +130,34 @@ class ParentMismatch(Exception):
         self.status_code = status_code
 
 
-async def confirm_parent(kube: Kube, parent: ParentRef) -> KubeObject:
-    """The live parent, or ParentMismatch when it is not the one the request names."""
-    live = await kube.model_deployment(parent.namespace, parent.name)
+def matching(live: KubeObject | None, parent: ParentRef) -> KubeObject:
+    """The live object when it is the parent the request names (its kind, name and UID), else
+    ParentMismatch: 404 when it does not exist, 409 when another object holds its name."""
     if live is None:
-        raise ParentMismatch(f"ModelDeployment {parent.namespace}/{parent.name} does not exist on the API server: "
+        raise ParentMismatch(f"{parent.kind} {parent.namespace}/{parent.name} does not exist on the API server: "
                              "no side effect was carried out; a hook request must come from Metacontroller "
                              "for a stored parent", 404)
     live_uid = (live.get("metadata") or {}).get("uid")
     if live_uid != parent.uid:
-        raise ParentMismatch(f"ModelDeployment {parent.namespace}/{parent.name} has uid {live_uid!r}, not the request's "
+        raise ParentMismatch(f"{parent.kind} {parent.namespace}/{parent.name} has uid {live_uid!r}, not the request's "
                              f"{parent.uid!r}: no side effect was carried out; Metacontroller retries with the "
                              "stored parent", 409)
     return live
+
+
+async def confirm_parent(kube: Kube, parent: ParentRef) -> KubeObject:
+    """The live ModelDeployment, or ParentMismatch when it is not the one the request names."""
+    return matching(await kube.model_deployment(parent.namespace, parent.name), parent)
+
+
+async def record_event(kube: Kube, intent: RecordEvent) -> bool:
+    """Creates the Event; False (logged) when the API server did not take it: the next pass records it."""
+    try:
+        await kube.create_event(event_body(intent, utc_now()))
+    except (ApiError, OSError) as exc:
+        log.warning("could not record event %s: %s", intent.name, exc)
+        return False
+    return True
 
 
 @lru_cache(maxsize=256)
@@ -318,11 +333,7 @@ class Executor:
         if isinstance(intent, DeleteWorkload):
             await self._delete_workload(parent, intent, groups[intent.name])
         elif isinstance(intent, RecordEvent):
-            try:
-                await self.kube.create_event(event_body(intent, utc_now()))
-            except (ApiError, OSError) as exc:
-                log.warning("could not record event %s: %s", intent.name, exc)
-            else:
+            if await record_event(self.kube, intent):
                 self.events.put((intent.namespace, intent.name), True)
         elif isinstance(intent, ApplyRoleReplicas):
             log.warning("dropped a replicas write outside a scaler pass: %s", intent)
@@ -382,17 +393,7 @@ def _workload_of(intent: Intent) -> str | None:
 
 async def confirm_scaler(kube: Kube, parent: ParentRef) -> KubeObject:
     """The live scaler, or ParentMismatch when it is not the one the request names."""
-    live = await kube.scaler(parent.namespace, parent.name)
-    if live is None:
-        raise ParentMismatch(f"ModelDeploymentScaler {parent.namespace}/{parent.name} does not exist on the API "
-                             "server: nothing was written; a hook request must come from Metacontroller for a stored "
-                             "scaler", 404)
-    live_uid = (live.get("metadata") or {}).get("uid")
-    if live_uid != parent.uid:
-        raise ParentMismatch(f"ModelDeploymentScaler {parent.namespace}/{parent.name} has uid {live_uid!r}, not the "
-                             f"request's {parent.uid!r}: nothing was written; Metacontroller retries with the stored "
-                             "scaler", 409)
-    return live
+    return matching(await kube.scaler(parent.namespace, parent.name), parent)
 
 
 def scaler_write_problem(intent: ApplyRoleReplicas, parent: ParentRef, live: KubeObject) -> str | None:
@@ -448,11 +449,8 @@ class ScalerExecutor:
     async def record(self, parent: ParentRef, events: list[RecordEvent]) -> None:
         assert self.kube is not None
         for event in events:
-            if (event.namespace, event.involved_kind, event.deployment, event.deployment_uid) != (
-                    parent.namespace, parent.kind, parent.name, parent.uid):
-                log.warning("dropped an Event not about scaler %s/%s: %s", parent.namespace, parent.name, event)
+            problem = foreign(event, parent, {})
+            if problem is not None:
+                log.warning("dropped an Event of scaler %s/%s: %s (%s)", parent.namespace, parent.name, problem, event)
                 continue
-            try:
-                await self.kube.create_event(event_body(event, utc_now()))
-            except (ApiError, OSError) as exc:
-                log.warning("could not record event %s: %s", event.name, exc)
+            await record_event(self.kube, event)

@@ -43,7 +43,7 @@ def _json(body: Any, status_code: int = 200, headers: dict[str, str] | None = No
     return Response(orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers)
 
 
-def _error(status_code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def error_answer(status_code: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return _json({"error": message}, status_code, headers)
 
 
@@ -80,7 +80,7 @@ def _validate(body: Any, model: type[_Model]) -> _Model:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise _BadRequest(f"not a Metacontroller v2 hook request: {_errors(exc)}") from exc
+        raise _BadRequest(f"not a Metacontroller v2 hook request: {field_errors(exc)}") from exc
 
 
 def api_unavailable(exc: BaseException) -> bool:
@@ -96,11 +96,11 @@ def unavailable_answer(hook: str, exc: BaseException) -> Response:
     not given, so Metacontroller leaves children and status as they are and calls again."""
     HOOK_ERRORS.labels(hook, "api_unavailable").inc()
     log.warning("%s hook: the API server is unavailable: %s: %s", hook, type(exc).__name__, exc)
-    return _error(503, f"the API server is unavailable ({type(exc).__name__}: {exc}); the pass is retried",
+    return error_answer(503, f"the API server is unavailable ({type(exc).__name__}: {exc}); the pass is retried",
                   {"Retry-After": str(RETRY_API_SECONDS)})
 
 
-def _errors(exc: ValidationError) -> str:
+def field_errors(exc: ValidationError) -> str:
     """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
     return "; ".join(f"{_loc(e.get('loc', ()))}: {e.get('msg')}"
                      for e in exc.errors(include_url=False, include_input=False)[:3])
@@ -196,14 +196,14 @@ async def _reconcile(request: Request, hook: str) -> Response:
         await state.executor.run(parent, intents)
     except _BadRequest as exc:
         HOOK_ERRORS.labels(hook, "bad_request").inc()
-        return _error(400, str(exc))
+        return error_answer(400, str(exc))
     except ValidationError as exc:
         HOOK_ERRORS.labels(hook, "invalid_parent").inc()
-        return _error(422, f"the parent ModelDeployment does not match the schema: {_errors(exc)}")
+        return error_answer(422, f"the parent ModelDeployment does not match the schema: {field_errors(exc)}")
     except ParentMismatch as exc:
         HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
         log.warning("%s hook: %s", hook, exc)
-        return _error(exc.status_code, str(exc))
+        return error_answer(exc.status_code, str(exc))
     except _RenderFailed as failed:
         failure = failed.failure
         HOOK_ERRORS.labels(hook, "render_failed").inc()
@@ -211,7 +211,7 @@ async def _reconcile(request: Request, hook: str) -> Response:
             await state.executor.run(failed.parent, failure.intents)
         except ParentMismatch as mismatch:
             HOOK_ERRORS.labels(hook, "parent_mismatch").inc()
-            return _error(mismatch.status_code, str(mismatch))
+            return error_answer(mismatch.status_code, str(mismatch))
         except Exception as exc:  # noqa: BLE001 - only the API server's absence is answered here
             if not api_unavailable(exc):
                 raise
@@ -219,13 +219,13 @@ async def _reconcile(request: Request, hook: str) -> Response:
         retry = RETRY_SOON_SECONDS if failure.resolves_later else RETRY_LATER_SECONDS
         log.warning("render failed: %s", failure)
         # 429 + Retry-After: Metacontroller requeues without touching children or status.
-        return _error(429, f"render failed: {failure}", {"Retry-After": str(retry)})
+        return error_answer(429, f"render failed: {failure}", {"Retry-After": str(retry)})
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
         if api_unavailable(exc):
             return unavailable_answer(hook, exc)
         HOOK_ERRORS.labels(hook, "internal").inc()
         log.exception("%s hook failed", hook)
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        return error_answer(500, f"internal error: {type(exc).__name__}: {exc}")
     finally:
         HOOK_LATENCY.labels(hook).observe(time.perf_counter() - started)
     log.info("%s", line)
@@ -255,14 +255,14 @@ async def customize_hook(request: Request) -> Response:
         body = customize(parsed.parent)
     except _BadRequest as exc:
         HOOK_ERRORS.labels("customize", "bad_request").inc()
-        return _error(400, str(exc))
+        return error_answer(400, str(exc))
     except ValidationError as exc:
         HOOK_ERRORS.labels("customize", "invalid_parent").inc()
-        return _error(422, f"the parent ModelDeployment does not match the schema: {_errors(exc)}")
+        return error_answer(422, f"the parent ModelDeployment does not match the schema: {field_errors(exc)}")
     except Exception as exc:  # noqa: BLE001
         HOOK_ERRORS.labels("customize", "internal").inc()
         log.exception("customize hook failed")
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        return error_answer(500, f"internal error: {type(exc).__name__}: {exc}")
     finally:
         HOOK_LATENCY.labels("customize").observe(time.perf_counter() - started)
     return _json(body)

@@ -22,7 +22,7 @@ from app.control import observed as obs
 from app.control import scaler as plan
 from app.kube.executor import ParentMismatch, ParentRef, utc_now
 from app import vocab
-from app.web.hooks import api_unavailable, unavailable_answer
+from app.web.hooks import api_unavailable, error_answer, field_errors, unavailable_answer
 from app.web.metrics import HOOK_ERRORS, HOOK_LATENCY
 from app.web.state import ServiceState
 
@@ -30,14 +30,12 @@ log = logging.getLogger("app.hooks.scaler")
 router = APIRouter(prefix="/hooks/scaler", tags=["metacontroller"])
 
 
-def _json(body: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _invalid(exc: ValidationError, what: str) -> str:
-    errors = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
-                       for e in exc.errors(include_url=False, include_input=False)[:3])
-    return f"the {what} does not match the schema: {errors}"
+    return f"the {what} does not match the schema: {field_errors(exc)}"
 
 
 def _request(raw: bytes) -> dict[str, Any]:
@@ -67,7 +65,7 @@ async def _sync(request: Request) -> Response:
     parent = ParentRef(namespace=meta.namespace, name=meta.name, uid=meta.uid, kind=vocab.KIND_MODEL_DEPLOYMENT_SCALER)
     refusal = await state.scaler_executor.run(parent, result.intents)
     if refusal is not None:
-        result = plan.refused(result, None, None, f"the API server refused it: {refusal}", now)
+        result = plan.refused(result, f"the API server refused it: {refusal}", now)
         await state.scaler_executor.run(parent, result.intents)
     write = plan.write_of(result)
     log.info("scaler sync %s/%s: %s, %s", meta.namespace, meta.name,
@@ -87,20 +85,20 @@ async def sync(request: Request) -> Response:
         return await _sync(request)
     except BadScalerRequest as exc:
         HOOK_ERRORS.labels("scaler-sync", "bad_request").inc()
-        return _json({"error": str(exc)}, 400)
+        return error_answer(400, str(exc))
     except _Unprocessable as exc:
         HOOK_ERRORS.labels("scaler-sync", "invalid_parent").inc()
-        return _json({"error": str(exc)}, 422)
+        return error_answer(422, str(exc))
     except ParentMismatch as exc:
         HOOK_ERRORS.labels("scaler-sync", "parent_mismatch").inc()
         log.warning("scaler sync: %s", exc)
-        return _json({"error": str(exc)}, exc.status_code)
+        return error_answer(exc.status_code, str(exc))
     except Exception as exc:  # noqa: BLE001 - any internal error must be a 5xx, never an empty 200
         if api_unavailable(exc):
             return unavailable_answer("scaler-sync", exc)
         HOOK_ERRORS.labels("scaler-sync", "internal").inc()
         log.exception("scaler sync hook failed")
-        return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+        return error_answer(500, f"internal error: {type(exc).__name__}: {exc}")
     finally:
         HOOK_LATENCY.labels("scaler-sync").observe(time.perf_counter() - started)
 
@@ -113,13 +111,13 @@ async def customize(request: Request) -> Response:
         return _json(plan.customize(body["parent"]))
     except BadScalerRequest as exc:
         HOOK_ERRORS.labels("scaler-customize", "bad_request").inc()
-        return _json({"error": str(exc)}, 400)
+        return error_answer(400, str(exc))
     except ValidationError as exc:
         HOOK_ERRORS.labels("scaler-customize", "invalid_parent").inc()
-        return _json({"error": _invalid(exc, "parent ModelDeploymentScaler")}, 422)
+        return error_answer(422, _invalid(exc, "parent ModelDeploymentScaler"))
     except Exception as exc:  # noqa: BLE001
         HOOK_ERRORS.labels("scaler-customize", "internal").inc()
         log.exception("scaler customize hook failed")
-        return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+        return error_answer(500, f"internal error: {type(exc).__name__}: {exc}")
     finally:
         HOOK_LATENCY.labels("scaler-customize").observe(time.perf_counter() - started)

@@ -261,7 +261,7 @@ def test_a_refused_write_is_reported_as_scale_refused():
     kube = FakeKube(live=scaler_object(3), refusal="admission webhook denied: spec.roles: 3000 Pods")
     refusal = asyncio.run(ScalerExecutor(kube).run(PARENT, result.intents))  # type: ignore[arg-type]
     assert refusal is not None
-    reported = scaling.refused(result, None, None, f"the API server refused it: {refusal}", NOW)
+    reported = scaling.refused(result, f"the API server refused it: {refusal}", NOW)
     active = conditions(reported)["Active"]
     assert (active["status"], active["reason"]) == ("False", vocab.REASON_SCALE_REFUSED)
     assert "3000 Pods" in active["message"]
