@@ -934,7 +934,7 @@ class Soak:
         Restarting kwok once the API server is back restores the kubelet's behaviour."""
         self.apiserver_up()
         self.cp.stop_component("kwok")
-        self.cp.start_component("kwok")
+        self.keeper.call(lambda: self.cp.start_component("kwok"))
         e2e_cluster.wait_until(self.kubelets_renewing, 60, 1.0, "kwok renewing every node's Lease")
 
     def kubelets_renewing(self) -> bool:
