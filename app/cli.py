@@ -27,7 +27,8 @@ from app import logs, vocab
 from app.admission import corrections, files
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
-from app.control.sync import SyncFailed, SyncSettings, reconcile
+from app.api.v1 import ModelDeployment
+from app.control.sync import Refusal, SyncSettings, reconcile
 from app.kube.executor import utc_now
 from app.settings import Settings
 from app.world import World, related_map
@@ -114,11 +115,11 @@ def cmd_render(args: argparse.Namespace) -> int:
                   f"(`modeldeployment validate -f {args.file}` checks it alone)", file=sys.stderr)
             status = EXIT_REFUSED
             continue
-        request = HookRequest(parent=md, children={}, related=related)
-        try:
-            result = reconcile(request, sync_settings, now=utc_now())
-        except SyncFailed as exc:
-            print(f"error: {_name(md)}: {exc}", file=sys.stderr)
+        # Admitted above, so the model parses it; a file's object has no uid for the hook door to check.
+        request = HookRequest(parent=md, deployment=ModelDeployment.model_validate(md), related=related)
+        result = reconcile(request, sync_settings, now=utc_now())
+        if isinstance(result, Refusal):
+            print(f"error: {_name(md)}: {result.message}", file=sys.stderr)
             status = EXIT_REFUSED
             continue
         if args.objects_only:

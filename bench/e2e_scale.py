@@ -160,7 +160,8 @@ def edited(md: dict[str, Any]) -> dict[str, Any]:
 def precompute(stored: list[dict[str, Any]], world_objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """For each stored deployment (as the API server returns it after our mutating webhook): our
     reconcile's children for it as a new deployment, by role and ordinal, and its customize answer."""
-    from app.api.hooks import HookRequest
+    from app import vocab
+    from app.api.hooks import hook_request
     from app.control.sync import customize, reconcile
     from app.main import build_state
     from app.settings import Settings
@@ -172,7 +173,8 @@ def precompute(stored: list[dict[str, Any]], world_objects: list[dict[str, Any]]
     for md in stored:
         parent = copy.deepcopy(md)
         parent["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
-        request = HookRequest.model_validate({"controller": {}, "parent": parent, "children": {}, "related": related})
+        request = hook_request({"controller": {}, "parent": parent, "related": related,
+                                "children": {key: {} for key in vocab.DECLARED_CHILD_MAPS}})
         result = reconcile(request, settings, now="2026-01-01T00:00:00Z")
         pods: dict[str, dict[str, list[dict[str, Any]]]] = {}
         fingerprints: dict[str, str] = {}
@@ -189,7 +191,7 @@ def precompute(stored: list[dict[str, Any]], world_objects: list[dict[str, Any]]
         router_pods = sum((c.get("spec") or {}).get("replicas", 1) for c in others if c["kind"] == "Deployment")
         out.setdefault(md["metadata"]["name"], {})[spec_key(md["spec"])] = {
             "pods": pods, "fingerprints": fingerprints, "sizes": sizes, "others": others,
-            "customize": customize(parent), "pod_count": sum(len(p) for o in pods.values() for p in o.values()),
+            "customize": customize(request.deployment), "pod_count": sum(len(p) for o in pods.values() for p in o.values()),
             "router_pods": router_pods}
     return out
 

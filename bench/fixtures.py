@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from app import vocab
-from app.api.hooks import HookRequest
+from app.api.hooks import hook_request
 from app.control.sync import SyncSettings, reconcile
 from app.render import names
 from app.world import load_yaml_objects, related_map
@@ -53,7 +53,8 @@ def world_objects() -> list[dict[str, Any]]:
 
 
 def children_map(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+    """Every declared child map, as Metacontroller sends them (empty when there are none)."""
+    out: dict[str, dict[str, Any]] = {key: {} for key in vocab.DECLARED_CHILD_MAPS}
     for obj in objects:
         meta = obj["metadata"]
         out.setdefault(f"{obj['kind']}.{obj['apiVersion']}", {})[f"{meta.get('namespace', NAMESPACE)}/{meta['name']}"] = obj
@@ -285,7 +286,7 @@ def sync_request(pods: int, *, roles: int = 2, size: int = 1) -> dict[str, Any]:
     """A steady-state sync request for a deployment of `pods` Pods (every replica Ready and admitted)."""
     md = deployment(pods, roles=roles, size=size)
     world = world_objects()
-    first = reconcile(HookRequest.model_validate(_request(md, [], world)), BENCH_SYNC_SETTINGS, now=CREATED)
+    first = reconcile(hook_request(_request(md, [], world)), BENCH_SYNC_SETTINGS, now=CREATED)
     observed = [observed_child(child, md, i) for i, child in enumerate(first.children)]
     by_group: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for pod in observed:
@@ -296,7 +297,7 @@ def sync_request(pods: int, *, roles: int = 2, size: int = 1) -> dict[str, Any]:
     workloads = [workload(md, roles_by_name[role], ordinal, group, i)
                  for i, ((role, ordinal), group) in enumerate(sorted(by_group.items()))]
     # The previous sync's status, so this pass is the idle resync (conditions carried over).
-    second = reconcile(HookRequest.model_validate(_request(md, observed, world + workloads)), BENCH_SYNC_SETTINGS,
+    second = reconcile(hook_request(_request(md, observed, world + workloads)), BENCH_SYNC_SETTINGS,
                        now=NOW)
     md["status"] = second.status
     request = _request(md, observed, world + workloads)

@@ -930,7 +930,7 @@ class Soak:
         """The API server answers, then the fake kubelets start afresh. A real kubelet keeps
         renewing its node's Lease through an API server restart; kwok 0.8.0 gives a Lease up after
         one conflict (`Failed to sync lease ... the object has been modified`), and its nodes then
-        flap NotReady every grace period for the rest of the run (bench/soak.md, "kwok's Leases").
+        flap NotReady every grace period for the rest of the run (bench/soak.md).
         Restarting kwok once the API server is back restores the kubelet's behaviour."""
         self.apiserver_up()
         self.cp.stop_component("kwok")

@@ -38,10 +38,11 @@ import httpx
 import orjson
 
 from app import vocab
-from app.control.sync import parse_parent
+from app.api.v1 import ModelDeployment
 from app.model.context import RenderOptions, build_context
 from app.render import names
-from app.render.pod import RenderError, render_role
+from app.render.errors import RenderError
+from app.render.pod import render_role
 from app.world import World
 from bench.soak_ledger import Ledger
 from bench.soak_world import NAMESPACE, PREEMPTOR_LABEL, Shape
@@ -299,7 +300,7 @@ class Watcher:
 
     def fingerprints(self, md: dict[str, Any], world: World) -> dict[str, str] | str:
         try:
-            parsed = parse_parent(copy.deepcopy(md))
+            parsed = ModelDeployment.model_validate(copy.deepcopy(md))
             ctx = build_context(parsed, world, self.options)
             return {role.name: render_role(ctx, role).fingerprint for role in parsed.spec.roles}
         except RenderError as exc:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import orjson
 
-from app.api.hooks import HookRequest, sync_response
+from app.api.hooks import hook_request, sync_response
 from app.control.sync import reconcile
 from bench import asgi, fixtures
 
@@ -72,7 +72,7 @@ class SizeResult:
 
 def reference_answer(body: bytes) -> bytes:
     """What the sync must answer: reconcile() on a full orjson parse (the dict path the tests use)."""
-    result = reconcile(HookRequest.model_validate(orjson.loads(body)), fixtures.BENCH_SYNC_SETTINGS, now=fixtures.NOW)
+    result = reconcile(hook_request(orjson.loads(body)), fixtures.BENCH_SYNC_SETTINGS, now=fixtures.NOW)
     return orjson.dumps(sync_response(result.status, result.children, result.resync_after, result.finalized))
 
 

@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 from app import vocab
-from app.api.hooks import HookRequest
-from app.control.sync import SyncResult, SyncSettings, reconcile
+from app.api.hooks import hook_request
+from app.control.sync import Refusal, SyncResult, SyncSettings, reconcile
 from app.world import related_map
 from tests.conftest import example, world_objects
 
@@ -48,7 +48,15 @@ def request(md: dict[str, Any], *, children: list[dict[str, Any]] | None = None,
 
 
 def sync(md: dict[str, Any], settings: SyncSettings | None = None, **kwargs: Any) -> SyncResult:
-    return reconcile(HookRequest.model_validate(request(md, **kwargs)), settings or SyncSettings(), now=NOW)
+    """One pass that must answer (a test of a refusal calls `attempt`)."""
+    result = attempt(md, settings, **kwargs)
+    assert isinstance(result, SyncResult), f"the pass was refused: {result}"
+    return result
+
+
+def attempt(md: dict[str, Any], settings: SyncSettings | None = None, **kwargs: Any) -> SyncResult | Refusal:
+    """One pass through the hook door: an answer or a refusal."""
+    return reconcile(hook_request(request(md, **kwargs)), settings or SyncSettings(), now=NOW)
 
 
 def pods(result: SyncResult) -> list[dict[str, Any]]:

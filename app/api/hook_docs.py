@@ -1,8 +1,8 @@
 """OpenAPI descriptions of the Metacontroller hook bodies (protocol v2).
 
-The hook handlers read raw bytes (app/web/hooks.py: one fast parse, then the pydantic models of
-app/api/hooks.py), so FastAPI cannot infer their bodies; these models only document them in
-/openapi.json. Example: examples/hooks/sync-request.json.
+The hook handlers read raw bytes through one door (app/api/hooks.py `parse_sync`: one fast
+decode, the shape check, the parent's model), so FastAPI cannot infer their bodies; these models
+only document them in /openapi.json. Example: examples/hooks/sync-request.json.
 """
 
 from __future__ import annotations

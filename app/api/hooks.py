@@ -1,36 +1,89 @@
 """Metacontroller composite-controller hook protocol, version v2 (docs/metacontroller.md#requests).
 
-Requests are parsed leniently (Metacontroller may add fields); responses carry exactly the keys
-the protocol defines, since v2 parses them strictly.
+The one door for a ModelDeployment's hook requests: `parse_sync` and `parse_customize` read the
+bytes, check every field the planner reads (app.api.strict) and parse the parent into its model,
+once; anything wrong raises one BadHookRequest naming the field. Requests are otherwise read
+leniently (Metacontroller may add fields); responses carry exactly the keys the protocol defines,
+since v2 parses them strictly.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, TypedDict
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import ValidationError
 
 from app import vocab
+from app.api import strict
 from app.api.objects import KubeObject, ObservedGroups
+from app.api.strict import BadHookRequest
+from app.api.v1 import ModelDeployment
+
+__all__ = ["BadHookRequest", "HookRequest", "hook_request", "parse_customize", "parse_sync", "sync_response",
+           "sync_response_bytes"]
 
 
-class HookRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+@dataclass
+class HookRequest:
+    """A sync or finalize request as the planner reads it: checked, its parent parsed.
 
-    controller: KubeObject = Field(default_factory=dict)
+    `parent` is the stored object as sent (its status is the previous answer's); `deployment`
+    the same object through the ModelDeployment model. Child and related maps are keyed
+    `Kind.apiVersion`, then `namespace/name` (docs/metacontroller.md#requests)."""
+
     parent: KubeObject
-    # {"Pod.v1": {"namespace/name": object}, ...}
-    children: ObservedGroups = Field(default_factory=dict)
-    related: ObservedGroups = Field(default_factory=dict)
+    deployment: ModelDeployment
+    children: ObservedGroups = field(default_factory=dict)
+    related: ObservedGroups = field(default_factory=dict)
     finalizing: bool = False
 
 
-class CustomizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+def parse_sync(raw: bytes, *, finalizing: bool = False) -> HookRequest:
+    """A sync (or, with `finalizing`, finalize) request from its bytes, or BadHookRequest."""
+    return hook_request(_decode_sync(raw), finalizing=finalizing)
 
-    controller: KubeObject = Field(default_factory=dict)
-    parent: KubeObject
+
+def hook_request(body: Any, *, finalizing: bool = False) -> HookRequest:
+    """A sync or finalize request from decoded JSON values (the CLI, tests and benchmarks enter here)."""
+    strict.check_sync_request(body)
+    return HookRequest(parent=body["parent"], deployment=_deployment(body["parent"]),
+                       children=body["children"], related=body.get("related") or {},
+                       finalizing=finalizing or bool(body.get("finalizing")))
+
+
+def parse_customize(raw: bytes) -> ModelDeployment:
+    """The parent of a customize request, or BadHookRequest."""
+    body = _json(raw)
+    strict.check_customize_request(body)
+    return _deployment(body["parent"])
+
+
+def _deployment(parent: KubeObject) -> ModelDeployment:
+    try:
+        return ModelDeployment.model_validate(parent)
+    except ValidationError as exc:
+        raise strict.schema_mismatch(exc, "parent ModelDeployment") from exc
+    except RecursionError as exc:
+        raise BadHookRequest("the parent is nested too deeply to be a ModelDeployment") from exc
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadHookRequest(f"request body is not JSON: {exc}") from exc
+
+
+def _decode_sync(raw: bytes) -> Any:
+    """The request as plain values (managedFields dropped when it is shaped like a hook request)."""
+    try:
+        decoded = read_sync_request(raw)
+    except RecursionError as exc:
+        raise BadHookRequest("request body is nested too deeply to be a Metacontroller hook request") from exc
+    return _json(raw) if decoded is None else decoded
 
 
 def sync_response(status: KubeObject, children: list[KubeObject], resync_after: float | None,
@@ -42,6 +95,16 @@ def sync_response(status: KubeObject, children: list[KubeObject], resync_after: 
     if finalized is not None:
         body["finalized"] = finalized
     return body
+
+
+def sync_response_bytes(answer: dict[str, Any]) -> bytes:
+    """The answer as JSON; a value echoed from the request that JSON cannot carry (an integer beyond
+    64 bits, nesting beyond orjson's limit) is the request's fault: BadHookRequest."""
+    try:
+        return orjson.dumps(answer)
+    except orjson.JSONEncodeError as exc:
+        raise BadHookRequest(f"the request carries a value the answer would echo but cannot encode ({exc}) — send "
+                             "Kubernetes objects as the API server stores them") from exc
 
 
 # --- reading a sync request off the wire ---------------------------------------------------------

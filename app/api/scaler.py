@@ -9,14 +9,18 @@ of the CRD schema (`app/api/crd.py`), like the deployment's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Optional, TypedDict
 
 import msgspec
-from pydantic import Field
+import orjson
+from pydantic import Field, ValidationError
 
 from app import vocab
+from app.api.objects import KubeObject
 from app.api.schema import KubeModel, cel, list_map
-from app.api.v1 import Condition, ObjectMeta
+from app.api.strict import BadHookRequest, schema_mismatch
+from app.api.v1 import Condition, ModelDeployment, ObjectMeta
 
 SCALER_FROZEN_WHY = ("a scaler governs one fixed set of roles of one deployment; to change it, delete this scaler "
                      "(the deployment keeps its replicas) and create another")
@@ -123,23 +127,75 @@ class _ScalerRequest(TypedDict, total=False):
     finalizing: Optional[bool]
 
 
-class BadScalerRequest(ValueError):
-    """Answered 400: the message names the field, what is wrong and the way out."""
-
-
 def check_scaler_request(body: Any) -> None:
     """A scaler hook request's shape. It declares no children, so none is required (an empty
     `children` plans nothing away); the parent's name and uid are (every write is checked against them)."""
     if not isinstance(body, dict):
-        raise BadScalerRequest(f"$: a hook request is a JSON object — {SCALER_REQUEST_REMEDY}")
+        raise BadHookRequest(f"$: a hook request is a JSON object — {SCALER_REQUEST_REMEDY}")
     try:
         msgspec.convert(body, _ScalerRequest)
     except msgspec.ValidationError as exc:
-        raise BadScalerRequest(f"{exc} — {SCALER_REQUEST_REMEDY}") from exc
+        raise BadHookRequest(f"{exc} — {SCALER_REQUEST_REMEDY}") from exc
     meta = (body.get("parent") or {}).get("metadata") if isinstance(body.get("parent"), dict) else None
     if not isinstance(meta, dict):
-        raise BadScalerRequest(f"$.parent.metadata: missing — {SCALER_REQUEST_REMEDY}")
+        raise BadHookRequest(f"$.parent.metadata: missing — {SCALER_REQUEST_REMEDY}")
     for name in ("name", "namespace", "uid"):
         if not isinstance(meta.get(name), str) or not meta[name]:
-            raise BadScalerRequest(f"$.parent.metadata.{name}: missing or empty; every write is checked against the "
-                                   f"scaler's identity — {SCALER_REQUEST_REMEDY}")
+            raise BadHookRequest(f"$.parent.metadata.{name}: missing or empty; every write is checked against the "
+                                 f"scaler's identity — {SCALER_REQUEST_REMEDY}")
+
+
+@dataclass(frozen=True)
+class ScalerHookRequest:
+    """A scaler's sync request as the planner reads it: the scaler, and the deployment it names
+    (as sent, for its managedFields, and through its model), None when `related` lacks it."""
+
+    scaler: ModelDeploymentScaler
+    target: KubeObject | None = None
+    deployment: ModelDeployment | None = None
+
+
+def parse_scaler_sync(raw: bytes) -> ScalerHookRequest:
+    """A scaler sync request from its bytes, or BadHookRequest (400 malformed, 422 off-schema)."""
+    body = _scaler_body(raw)
+    scaler = _scaler(body["parent"])
+    return scaler_hook_request(scaler, target_of(scaler, body.get("related") or {}))
+
+
+def parse_scaler_customize(raw: bytes) -> ModelDeploymentScaler:
+    return _scaler(_scaler_body(raw)["parent"])
+
+
+def scaler_hook_request(scaler: ModelDeploymentScaler, target: KubeObject | None) -> ScalerHookRequest:
+    """The request for `scaler` and its target as found (tests and the simulator enter here too)."""
+    if target is None:
+        return ScalerHookRequest(scaler)
+    try:
+        deployment = ModelDeployment.model_validate(target)
+    except ValidationError as exc:
+        raise schema_mismatch(exc, f"related ModelDeployment {scaler.spec.deployment_ref.name}") from exc
+    return ScalerHookRequest(scaler, target, deployment)
+
+
+def target_of(scaler: ModelDeploymentScaler, related: Any) -> KubeObject | None:
+    """The related deployment the scaler names, in the scaler's namespace (any other is ignored)."""
+    key = f"{scaler.metadata.namespace}/{scaler.spec.deployment_ref.name}"
+    found = (related.get(vocab.RELATED_MODEL_DEPLOYMENTS) or {}).get(key)
+    return found if isinstance(found, dict) else None
+
+
+def _scaler_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadHookRequest(f"request body is not JSON: {exc}") from exc
+    check_scaler_request(body)
+    checked: dict[str, Any] = body
+    return checked
+
+
+def _scaler(parent: KubeObject) -> ModelDeploymentScaler:
+    try:
+        return ModelDeploymentScaler.model_validate(parent)
+    except ValidationError as exc:
+        raise schema_mismatch(exc, "parent ModelDeploymentScaler") from exc

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Optional, TypedDict
 
 import msgspec
+from pydantic import ValidationError
 
 from app import quantity, vocab
 
@@ -23,7 +24,39 @@ Int64 = Annotated[int, msgspec.Meta(ge=-vocab.MAX_INT64 - 1, le=vocab.MAX_INT64)
 
 
 class BadHookRequest(ValueError):
-    """Answered 400: the message names the field, what is wrong and the way out."""
+    """A hook request nothing is planned from, answered `status_code` without touching anything:
+    400 when it is not a well-formed hook request, 422 when its parent (or the object it names)
+    does not match its schema. The message names the field, what is wrong and the way out."""
+
+    def __init__(self, message: str, *, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+    @property
+    def kind(self) -> str:
+        """The `kind` label of the hook-errors metric (docs/operations.md#metrics)."""
+        return "invalid_parent" if self.status_code == 422 else "bad_request"
+
+
+def field_errors(exc: ValidationError) -> str:
+    """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
+    return "; ".join(f"{_loc(e.get('loc', ()))}: {e.get('msg')}"
+                     for e in exc.errors(include_url=False, include_input=False)[:3])
+
+
+# The union-branch tags pydantic appends to a location (`accelerator.int`): not field names.
+_BRANCH_TAGS = {"int", "str", "float", "bool", "list", "dict", "none", "literal"}
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a field path: `spec.roles[0].replicas`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc
+                   if isinstance(p, int) or (p not in _BRANCH_TAGS and "[" not in str(p))).lstrip(".")
+
+
+def schema_mismatch(exc: ValidationError, what: str) -> BadHookRequest:
+    """422: `what` (the parent, or the object it names) does not match its schema."""
+    return BadHookRequest(f"the {what} does not match the schema: {field_errors(exc)}", status_code=422)
 
 
 class _Condition(TypedDict, total=False):

@@ -7,8 +7,10 @@ cluster is one of these.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from app import vocab
+from app.render import names
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,34 @@ class RecordEvent:
     type: str
     message: str
     involved_kind: str = vocab.KIND_MODEL_DEPLOYMENT
+
+
+class _ParentMeta(Protocol):
+    """The metadata of a pass's parent (a ModelDeployment's or a ModelDeploymentScaler's)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+
+
+def parent_event(parent: _ParentMeta, reason: str, message: str, *, type_: str = vocab.EVENT_TYPE_WARNING,
+                 kind: str = vocab.KIND_MODEL_DEPLOYMENT, occurrence: tuple[str, str] | None = None) -> RecordEvent:
+    """An Event on the pass's parent, named for its occurrence so that one occurrence is one Event
+    however many passes see it (docs/status.md#events): by default the reason and message (the same
+    complaint is one Event), else `occurrence` = (name stem, key) when the message may repeat for
+    distinct occurrences (a replica's second departure)."""
+    stem, key = occurrence or (reason, message)
+    return RecordEvent(namespace=parent.namespace, deployment=parent.name, deployment_uid=parent.uid,
+                       name=names.event(parent.name, stem, key), reason=reason, type=type_, message=message,
+                       involved_kind=kind)
+
+
+def warning_event(parent: _ParentMeta, reason: str, message: str) -> RecordEvent:
+    """A Warning Event on a ModelDeployment (a render failure, a skewed pool, ignored tenant keys)."""
+    return parent_event(parent, reason, message)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from typing import Any
 from app import vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import DeleteWorkload, Intent, RecordEvent
+from app.control.intents import DeleteWorkload, Intent, RecordEvent, parent_event
 from app.model.context import DeploymentContext
 from app.render import names
 from app.render.pod import RoleRender, instance_pods
@@ -105,11 +105,8 @@ def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: st
     replica = names.instance(ctx.name, role, ordinal)
     message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
                f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
-    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, vocab.EVENT_NAME_REPLICA_DEPARTURE,
-                                        f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"),
-                       reason=reason,
-                       type=vocab.EVENT_TYPE_NORMAL, message=message)
+    return parent_event(ctx.md.metadata, reason, message, type_=vocab.EVENT_TYPE_NORMAL,
+                        occurrence=(vocab.EVENT_NAME_REPLICA_DEPARTURE, f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"))
 
 
 def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.ObservedInstance,

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app import vocab
-from app.api.objects import KubeObject, ObservedGroups
-from app.api.scaler import ModelDeploymentScaler
+from app.api.objects import KubeObject
+from app.api.scaler import ModelDeploymentScaler, ScalerHookRequest
 from app.api.v1 import ModelDeployment
 from app.control.bounds import REMEDY as POD_BOUND_REMEDY
-from app.control.intents import ApplyRoleReplicas, Intent, RecordEvent
+from app.control.intents import ApplyRoleReplicas, Intent, RecordEvent, parent_event
 from app.control.status import merge_conditions
 from app.model.condition import ConditionValue
-from app.render import names
 
 # Come back after a write the deployment's webhooks refused: the cause may be gone by then.
 RESYNC_REFUSED_SECONDS = 30.0
@@ -54,20 +53,8 @@ class RoleFacts:
     admitted: int
 
 
-def parse_scaler(parent: KubeObject) -> ModelDeploymentScaler:
-    return ModelDeploymentScaler.model_validate(parent)
-
-
-def target_deployment(scaler: ModelDeploymentScaler, related: ObservedGroups) -> KubeObject | None:
-    """The related deployment the scaler names, in the scaler's namespace (any other is ignored)."""
-    key = f"{scaler.metadata.namespace}/{scaler.spec.deployment_ref.name}"
-    found = (related.get(vocab.RELATED_MODEL_DEPLOYMENTS) or {}).get(key)
-    return found if isinstance(found, dict) else None
-
-
-def customize(parent: KubeObject) -> dict[str, Any]:
+def customize(scaler: ModelDeploymentScaler) -> dict[str, Any]:
     """The one related object: the target deployment, so that its edits and readiness resync the scaler."""
-    scaler = parse_scaler(parent)
     return {"relatedResources": [{
         "apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_MODEL_DEPLOYMENTS,
         "namespace": scaler.metadata.namespace, "names": [scaler.spec.deployment_ref.name]}]}
@@ -248,10 +235,7 @@ def _listing(facts: list[RoleFacts], attr: str) -> str:
 
 
 def _event(scaler: ModelDeploymentScaler, reason: str, type_: str, message: str) -> RecordEvent:
-    meta = scaler.metadata
-    return RecordEvent(namespace=meta.namespace, deployment=meta.name, deployment_uid=meta.uid,
-                       name=names.event(meta.name, reason, message), reason=reason, type=type_, message=message,
-                       involved_kind=vocab.KIND_MODEL_DEPLOYMENT_SCALER)
+    return parent_event(scaler.metadata, reason, message, type_=type_, kind=vocab.KIND_MODEL_DEPLOYMENT_SCALER)
 
 
 def _status(scaler: ModelDeploymentScaler, facts: list[RoleFacts], values: list[ConditionValue],
@@ -278,10 +262,9 @@ def _conflict_message(md: ModelDeployment, deployment: KubeObject, changed: list
             "(docs/autoscaling.md#field-ownership)")
 
 
-def plan(scaler: ModelDeploymentScaler, deployment: KubeObject | None, settings: ScalerSettings, *,
-         now: str) -> ScalerResult:
+def plan(request: ScalerHookRequest, settings: ScalerSettings, *, now: str) -> ScalerResult:
     """One pass: the status, and the write and Events the executor carries out."""
-    md = ModelDeployment.model_validate(deployment) if deployment is not None else None
+    scaler, deployment, md = request.scaler, request.target, request.deployment
     facts = role_facts(scaler, md)
     quota = quota_condition(md, facts)
     result = ScalerResult(status={}, scaler=scaler, deployment=md)

@@ -17,12 +17,13 @@ from app.control import gang, status, teardown
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
-from app.control.intents import Intent, RecordEvent
+from app.control.intents import Intent, RecordEvent, warning_event
 from app.control.rollout import Action, RolePlan, plan_role
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import names, tenant
-from app.render.pod import Ports, RenderError, RoleRender, render_role
+from app.render.errors import RenderError
+from app.render.pod import Ports, RoleRender, render_role
 from app.render.router import render_router
 from app.render.services import role_services
 from app.world import World
@@ -47,17 +48,16 @@ class SyncResult:
     finalized: bool | None = None
 
 
-class SyncFailed(Exception):
-    """A pass that cannot build a replica: no status is written, a RenderFailed event says why."""
+@dataclass(frozen=True)
+class Refusal:
+    """A pass that cannot build a replica: nothing is answered (children and status stay as they
+    are), `events` say why (a RenderFailed Warning among them), and the pass is retried soon when
+    `retryable` (the cause may resolve by itself), later when it needs a spec edit
+    (docs/metacontroller.md#errors-and-retries)."""
 
-    def __init__(self, message: str, *, resolves_later: bool, intents: list[Intent]) -> None:
-        super().__init__(message)
-        self.resolves_later = resolves_later
-        self.intents = intents
-
-
-def parse_parent(parent: KubeObject) -> ModelDeployment:
-    return ModelDeployment.model_validate(parent)
+    message: str
+    retryable: bool
+    events: list[Intent]
 
 
 def _teardown_render(role: Role, failure: RenderError) -> RoleRender:
@@ -69,7 +69,8 @@ def _teardown_render(role: Role, failure: RenderError) -> RoleRender:
                       hold=f"not rendered while the deployment is deleted: {failure}")
 
 
-def _render_roles(ctx: DeploymentContext, *, finalizing: bool = False) -> tuple[list[RoleRender], list[Intent]]:
+def _render_roles(ctx: DeploymentContext, *,
+                  finalizing: bool = False) -> tuple[list[RoleRender], list[Intent]] | Refusal:
     renders: list[RoleRender] = []
     events: list[Intent] = []
     failures: list[RenderError] = []
@@ -91,10 +92,8 @@ def _render_roles(ctx: DeploymentContext, *, finalizing: bool = False) -> tuple[
     events.extend(_tenant_key_event(ctx, render) for render in renders if render.tenant_keys_ignored)
     if failures:
         message = "; ".join(str(f) for f in failures)
-        event = RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                            name=names.event(ctx.name, vocab.EVENT_RENDER_FAILED, message),
-                            reason=vocab.EVENT_RENDER_FAILED, type=vocab.EVENT_TYPE_WARNING, message=message)
-        raise SyncFailed(message, resolves_later=all(f.resolves_later for f in failures), intents=[*events, event])
+        return Refusal(message, retryable=all(f.retryable for f in failures),
+                       events=[*events, warning_event(ctx.md.metadata, vocab.EVENT_RENDER_FAILED, message)])
     return renders, events
 
 
@@ -106,9 +105,7 @@ def _skew_event(ctx: DeploymentContext, group: list[RoleRender]) -> RecordEvent:
     message = (f"InstanceType {first.role.instance_type} reports runtime versions {first.runtime_version}, {skipped}: "
                f"role(s) {roles} use the lowest, {first.runtime_version}, the only one every node of the pool runs "
                f"(skipped: {skipped}); the nodes reporting {first.runtime_version} hold the pool back")
-    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, vocab.EVENT_RUNTIME_VERSION_SKEW, message),
-                       reason=vocab.EVENT_RUNTIME_VERSION_SKEW, type=vocab.EVENT_TYPE_WARNING, message=message)
+    return warning_event(ctx.md.metadata, vocab.EVENT_RUNTIME_VERSION_SKEW, message)
 
 
 def admitted_tenant_env(engine: str, env_names: Iterable[str]) -> list[str]:
@@ -139,21 +136,17 @@ def _tenant_key_event(ctx: DeploymentContext, render: RoleRender) -> RecordEvent
     message = (f"roles[{render.role.name}]: ignored {keys}: the KV cache tenant and its client configuration are "
                "the operator's (from the KVCachePoolBinding), so the operator's values were rendered — remove "
                f"these from the role ({'; '.join(fates)})")
-    return RecordEvent(namespace=ctx.namespace, deployment=ctx.name, deployment_uid=ctx.md.metadata.uid,
-                       name=names.event(ctx.name, vocab.EVENT_TENANT_KEY_IGNORED, message),
-                       reason=vocab.EVENT_TENANT_KEY_IGNORED, type=vocab.EVENT_TYPE_WARNING, message=message)
+    return warning_event(ctx.md.metadata, vocab.EVENT_TENANT_KEY_IGNORED, message)
 
 
-def _pod_bound(md: ModelDeployment, bound: int) -> None:
-    """Rule 21 for objects stored before it: refuse the pass (429 + RenderFailed), never render them."""
+def _pod_bound(md: ModelDeployment, bound: int) -> Refusal | None:
+    """The Pod bound for objects stored before it: refuse the pass (429 + RenderFailed), never render
+    them (docs/admission.md#the-rules, rule 21)."""
     problem = too_many_pods(md, bound)
     if problem is None:
-        return
+        return None
     problem = f"spec.roles: {problem} — {bounds.REMEDY}"
-    event = RecordEvent(namespace=md.metadata.namespace, deployment=md.metadata.name, deployment_uid=md.metadata.uid,
-                        name=names.event(md.metadata.name, vocab.EVENT_RENDER_FAILED, problem),
-                        reason=vocab.EVENT_RENDER_FAILED, type=vocab.EVENT_TYPE_WARNING, message=problem)
-    raise SyncFailed(problem, resolves_later=False, intents=[event])
+    return Refusal(problem, retryable=False, events=[warning_event(md.metadata, vocab.EVENT_RENDER_FAILED, problem)])
 
 
 def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> list[KubeObject]:
@@ -162,15 +155,19 @@ def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> lis
     return role_services(ctx, render, kept)
 
 
-def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult:
-    """One pass of sync (or finalize when `request.finalizing`)."""
-    md = parse_parent(request.parent)
-    if not request.finalizing:  # a teardown creates no Pod: never wedge a finalizer on the bound
-        _pod_bound(md, settings.max_pods_per_deployment)
+def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult | Refusal:
+    """One pass of sync (or finalize when `request.finalizing`): what to answer and do, or why not."""
+    md = request.deployment
+    finalizing = request.finalizing
+    bound = None if finalizing else _pod_bound(md, settings.max_pods_per_deployment)
+    if bound is not None:  # (a teardown creates no Pod: never wedge a finalizer on the bound)
+        return bound
     world = World.from_related(request.related)
     ctx = build_context(md, world, settings.options)
-    finalizing = request.finalizing
-    renders, intents = _render_roles(ctx, finalizing=finalizing)
+    rendered = _render_roles(ctx, finalizing=finalizing)
+    if isinstance(rendered, Refusal):
+        return rendered
+    renders, intents = rendered
     observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
 
     plans: list[RolePlan] = []
@@ -212,9 +209,8 @@ def _resync_after(ctx: DeploymentContext, plans: list[RolePlan], settings: SyncS
     return min(RESYNC_WAITING_SECONDS, max(1.0, until))
 
 
-def customize(parent: KubeObject) -> dict[str, Any]:
+def customize(md: ModelDeployment) -> dict[str, Any]:
     """Related objects Metacontroller should watch and hand to sync (docs/metacontroller.md#customize)."""
-    md = parse_parent(parent)
     namespace = md.metadata.namespace
     rules: list[dict[str, Any]] = [{
         "apiVersion": vocab.API_VERSION,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from app.api.cluster import InstanceType
 from app.api.v1 import ModelDeployment, Role
+from app.render.errors import RenderError
 
 RUNNER_REPOSITORY = "gpustack/runner"
 
@@ -24,14 +25,6 @@ BACKEND_BY_MANUFACTURER = {
 }
 # Ascend only; 910 and 310B publish no runner tag.
 ASCEND_VARIANT_BY_FAMILY = {"310P": "310p", "910B": "910b", "910C": "a3", "950": "950"}
-
-
-class ImageError(Exception):
-    """A role whose image cannot be synthesized; `resolves_later` tells the reader whether to wait."""
-
-    def __init__(self, message: str, *, resolves_later: bool) -> None:
-        super().__init__(message)
-        self.resolves_later = resolves_later
 
 
 @dataclass(frozen=True)
@@ -62,55 +55,55 @@ def lowest_runtime(instance_type: InstanceType) -> tuple[str | None, tuple[str, 
 
 
 def role_image(md: ModelDeployment, role: Role, instance_type: InstanceType | None) -> ImageChoice:
-    """The engine image of a role, or an ImageError naming the field to fix."""
+    """The engine image of a role, or a RenderError naming the field to fix."""
     if role.image:
         return ImageChoice(image=role.image)
     where = f"roles[{role.name}]"
     version = md.spec.engine.version
     if not version:
-        raise ImageError(
+        raise RenderError(
             f"{where}: spec.engine.version is empty and the role names no image; set spec.engine.version "
             f"or roles[].image (this never resolves on its own)",
-            resolves_later=False,
+            retryable=False,
         )
     if instance_type is None:
-        raise ImageError(
+        raise RenderError(
             f"{where}: InstanceType {role.instance_type!r} does not exist yet, so its hardware is unknown; "
             f"the image resolves once it is created (or name an image in roles[].image)",
-            resolves_later=True,
+            retryable=True,
         )
     detail = instance_type.status.detail
     if not instance_type.observed:
-        raise ImageError(
+        raise RenderError(
             f"{where}: InstanceType {role.instance_type!r} has not observed its hardware yet; the image "
             f"resolves on a later reconcile once status.detail is published",
-            resolves_later=True,
+            retryable=True,
         )
     manufacturer = (detail.manufacturer or "").lower()
     backend = BACKEND_BY_MANUFACTURER.get(manufacturer)
     if backend is None:
-        raise ImageError(
+        raise RenderError(
             f"{where}: manufacturer {detail.manufacturer!r} of InstanceType {role.instance_type!r} has no runner "
             f"backend, so no image can be synthesized; this will never resolve: name an image in roles[].image",
-            resolves_later=False,
+            retryable=False,
         )
     variant = ""
     if backend == "cann":
         family = detail.family or ""
         if family not in ASCEND_VARIANT_BY_FAMILY:
-            raise ImageError(
+            raise RenderError(
                 f"{where}: Ascend family {family!r} of InstanceType {role.instance_type!r} publishes no runner "
                 f"variant (only {', '.join(ASCEND_VARIANT_BY_FAMILY)}); this will never resolve: name an image "
                 f"in roles[].image",
-                resolves_later=False,
+                retryable=False,
             )
         variant = f"-{ASCEND_VARIANT_BY_FAMILY[family]}"
     runtime, skipped = lowest_runtime(instance_type)
     if runtime is None:
-        raise ImageError(
+        raise RenderError(
             f"{where}: InstanceType {role.instance_type!r} reports no runtime version yet; the image resolves "
             f"on a later reconcile",
-            resolves_later=True,
+            retryable=True,
         )
     engine = md.spec.engine.name.lower()
     tag = f"{backend}{runtime}{variant}-{engine}{version}".lower()

@@ -24,16 +24,9 @@ from app.engines.degrees import read_degrees
 from app.engines.registry import engine_of, router_for
 from app.model.context import DeploymentContext
 from app.render import labels, names, tenant
-from app.render.image import ImageChoice, ImageError, role_image
-from app.render.resources import ResourceError, pod_resources
-
-
-class RenderError(Exception):
-    """A role that cannot be built. `resolves_later` says whether waiting can fix it."""
-
-    def __init__(self, message: str, *, resolves_later: bool) -> None:
-        super().__init__(message)
-        self.resolves_later = resolves_later
+from app.render.errors import RenderError
+from app.render.image import ImageChoice, role_image
+from app.render.resources import pod_resources
 
 
 @dataclass(frozen=True)
@@ -224,16 +217,13 @@ def instance_type_of(ctx: DeploymentContext, role: Role) -> InstanceType:
         absence = ctx.world.absence(vocab.KIND_INSTANCE_TYPE, role.instance_type)
         raise RenderError(
             f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} {absence}; create or repair it, "
-            f"or name an existing type (resolves once it can be read)", resolves_later=True)
+            f"or name an existing type (resolves once it can be read)", retryable=True)
     return instance_type
 
 
 def _image(ctx: DeploymentContext, role: Role, instance_type: InstanceType) -> ImageChoice:
     """The role's image (its own, else the runner image synthesized for its pool)."""
-    try:
-        return role_image(ctx.md, role, instance_type)
-    except ImageError as exc:
-        raise RenderError(str(exc), resolves_later=exc.resolves_later) from exc
+    return role_image(ctx.md, role, instance_type)
 
 
 def _queue(role: Role, instance_type: InstanceType) -> str:
@@ -242,16 +232,17 @@ def _queue(role: Role, instance_type: InstanceType) -> str:
     if not queue:
         raise RenderError(
             f"roles[{role.name}].instanceType: InstanceType {role.instance_type!r} has not published its Kueue "
-            f"entrance (status.entrance) yet; Pods are created once it does", resolves_later=True)
+            f"entrance (status.entrance) yet; Pods are created once it does", retryable=True)
     return queue
 
 
 def _resources(ctx: DeploymentContext, role: Role, instance_type: InstanceType) -> dict[str, Any]:
     """Requests (equal to limits) of the engine container, fabric interfaces for the legs it renders."""
+    protocols = engine_of(ctx.md).role_protocols(ctx, role)
     try:
-        return pod_resources(role.resources, instance_type, engine_of(ctx.md).role_protocols(ctx, role))
-    except ResourceError as exc:
-        raise RenderError(f"roles[{role.name}].resources: {exc}", resolves_later=exc.resolves_later) from exc
+        return pod_resources(role.resources, instance_type, protocols)
+    except RenderError as exc:  # the message names the field within; the role and section prefix it
+        raise RenderError(f"roles[{role.name}].resources: {exc}", retryable=exc.retryable) from exc
 
 
 def _engine_container(role: Role, guarded: Role, image: str, ports: Ports, rendered: EngineRender,

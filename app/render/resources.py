@@ -12,14 +12,7 @@ from decimal import Decimal
 from app import quantity, vocab
 from app.api.cluster import InstanceType
 from app.api.v1 import RoleResources
-
-
-class ResourceError(Exception):
-    """A Pod's resources cannot be computed. `resolves_later`: the InstanceType's status may still converge."""
-
-    def __init__(self, message: str, *, resolves_later: bool = False) -> None:
-        super().__init__(message)
-        self.resolves_later = resolves_later
+from app.render.errors import RenderError
 
 
 @dataclass(frozen=True)
@@ -31,23 +24,23 @@ class AcceleratorMode:
 
 
 def _whole(value: int | str, field: str, what: str) -> int:
-    """A whole, non-negative count from a quantity of the role, or ResourceError naming the field
+    """A whole, non-negative count from a quantity of the role, or RenderError naming the field
     (the webhook and the hooks' request check refuse such values first; this keeps the render total)."""
     try:
         count = quantity.whole(value)
     except quantity.QuantityError as exc:
-        raise ResourceError(f"{field}: {exc} — request a whole number of {what} (0, 1, 2…)") from exc
+        raise RenderError(f"{field}: {exc} — request a whole number of {what} (0, 1, 2…)") from exc
     if count is None or count < 0:
-        raise ResourceError(f"{field}: {value!r} is not a whole number of {what} — request 0, 1, 2…")
+        raise RenderError(f"{field}: {value!r} is not a whole number of {what} — request 0, 1, 2…")
     return count
 
 
 def _type_quantity(instance_type: InstanceType, field: str, value: int | str) -> Decimal:
-    """A quantity the InstanceType publishes, or ResourceError naming the type and the field."""
+    """A quantity the InstanceType publishes, or RenderError naming the type and the field."""
     try:
         return quantity.parse(value)
     except quantity.QuantityError as exc:
-        raise ResourceError(f"InstanceType {instance_type.metadata.name!r} {field}: {exc}, so the Pod's resources "
+        raise RenderError(f"InstanceType {instance_type.metadata.name!r} {field}: {exc}, so the Pod's resources "
                             "cannot be computed — an administrator must correct the InstanceType") from exc
 
 
@@ -96,10 +89,10 @@ def _partition_share(name: str, instance_type: InstanceType) -> Decimal:
         missing.append("the memory of one card (status.detail.memory"
                        + (f", {detail.memory!r}" if detail.memory is not None else "") + ")")
     if missing:
-        raise ResourceError(
+        raise RenderError(
             f"InstanceType {instance_type.metadata.name!r} has not published {' and '.join(missing)}, which sizes "
             "the Pod's CPU and memory; the render is retried once the type's status converges",
-            resolves_later=True)
+            retryable=True)
     assert profile is not None and profile.memory_mib
     percent = min(max((Decimal(profile.memory_mib) / card_mib * 100), Decimal(1)), Decimal(100))
     return percent / 100

@@ -129,10 +129,10 @@ def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], 
         JOINT_RELEASES.labels(namespace, name).inc()
 
 
-def observe_render_failure(parent: KubeObject, resolves_later: bool) -> None:
+def observe_render_failure(parent: KubeObject, retryable: bool) -> None:
     namespace, name = _key(parent)
     _track(namespace, name)
-    RENDER_FAILURES.labels(namespace, name, "retryable" if resolves_later else "spec").inc()
+    RENDER_FAILURES.labels(namespace, name, "retryable" if retryable else "spec").inc()
 
 
 def forget(namespace: str, name: str) -> None:

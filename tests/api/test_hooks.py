@@ -116,7 +116,7 @@ def test_api_unavailable_is_the_api_servers_absence_only():
     import httpx2
     from lightkube.core.exceptions import ApiError
 
-    from app.web.hooks import api_unavailable
+    from app.web.answers import api_unavailable
 
     def api_error(code: int) -> ApiError:
         req = httpx2.Request("GET", "https://api/x")

@@ -108,10 +108,10 @@ def test_a_deeply_nested_child_is_never_a_500(client):
 
 
 def test_an_answer_json_cannot_carry_is_a_bad_request():
-    from app.web import hooks
+    from app.api.hooks import BadHookRequest, sync_response_bytes
 
-    with pytest.raises(hooks._BadRequest, match="64-bit"):
-        hooks._answer_bytes({"children": [{"spec": {"x": 2**70}}]})
+    with pytest.raises(BadHookRequest, match="64-bit"):
+        sync_response_bytes({"children": [{"spec": {"x": 2**70}}]})
 
 
 def test_a_body_above_the_limit_is_a_413_in_json(client):

@@ -535,7 +535,7 @@ def test_an_api_server_restart_mid_pass_loses_the_answer_and_the_next_passes_fin
 def scaler_step(sim: Sim, name: str, units: int, ratios: dict[str, int]) -> None:
     """What a ModelDeploymentScaler's pass writes, applied as the server-side apply would: the
     scaler's planner decides from the stored deployment; only the listed roles' replicas change."""
-    from app.api.scaler import ModelDeploymentScaler
+    from app.api.scaler import ModelDeploymentScaler, scaler_hook_request
     from app.control import scaler as scaling
     from app.control.intents import ApplyRoleReplicas
 
@@ -543,7 +543,8 @@ def scaler_step(sim: Sim, name: str, units: int, ratios: dict[str, int]) -> None
         "metadata": {"name": name, "namespace": sim.namespace, "uid": "mds-uid", "generation": 1},
         "spec": {"deploymentRef": {"name": name}, "roles": [{"name": r, "ratio": k} for r, k in ratios.items()],
                  "replicas": units}})
-    result = scaling.plan(scaler, copy.deepcopy(sim.parents[name]), scaling.ScalerSettings(), now=sim.now())
+    result = scaling.plan(scaler_hook_request(scaler, copy.deepcopy(sim.parents[name])), scaling.ScalerSettings(),
+                          now=sim.now())
     (write,) = [i for i in result.intents if isinstance(i, ApplyRoleReplicas)]
 
     def mutate(spec: dict[str, Any]) -> None:

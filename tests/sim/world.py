@@ -47,12 +47,14 @@ from typing import Any, Iterable
 import orjson
 
 from app import vocab
-from app.api.hooks import HookRequest
+from app.api.hooks import HookRequest, hook_request
+from app.api.v1 import ModelDeployment
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
-from app.control.sync import SyncFailed, SyncResult, SyncSettings, customize, parse_parent, reconcile
+from app.control.sync import Refusal, SyncResult, SyncSettings, customize, reconcile
 from app.model.context import build_context
 from app.render import names
-from app.render.pod import RenderError, render_role
+from app.render.errors import RenderError
+from app.render.pod import render_role
 from app.world import World, load_yaml_objects
 
 from pathlib import Path
@@ -357,7 +359,7 @@ class Sim:
     def _customize(self, parent: dict[str, Any]) -> list[dict[str, Any]]:
         key = (parent["metadata"]["uid"], parent["metadata"]["generation"])
         if key not in self.customize_cache:
-            self.customize_cache[key] = customize(copy.deepcopy(parent))["relatedResources"]
+            self.customize_cache[key] = customize(ModelDeployment.model_validate(copy.deepcopy(parent)))["relatedResources"]
         return self.customize_cache[key]
 
     def related_for(self, parent: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -413,7 +415,8 @@ class Sim:
 
     def children_of(self, parent: dict[str, Any]) -> dict[str, dict[str, Any]]:
         name = parent["metadata"]["name"]
-        children: dict[str, dict[str, Any]] = {vocab.CHILD_PODS: {}, vocab.CHILD_SERVICES: {}}
+        # Metacontroller sends every declared child map, empty when there are no such children.
+        children: dict[str, dict[str, Any]] = {key: {} for key in vocab.DECLARED_CHILD_MAPS}
         for pod in sorted(self._view_pods(name), key=lambda p: p["metadata"]["name"]):
             view = copy.deepcopy(pod)
             view["metadata"].pop("ownerUid", None)
@@ -427,14 +430,14 @@ class Sim:
 
     def request(self, name: str) -> HookRequest:
         parent = self.parents[name]
-        return HookRequest(parent=copy.deepcopy(parent), children=self.children_of(parent),
-                           related=self.related_for(parent),
-                           finalizing=bool(parent["metadata"].get("deletionTimestamp")))
+        return hook_request({"parent": copy.deepcopy(parent), "children": self.children_of(parent),
+                             "related": self.related_for(parent)},
+                            finalizing=bool(parent["metadata"].get("deletionTimestamp")))
 
     def render_facts(self, name: str, related: dict[str, Any] | None = None) -> dict[str, tuple[str, str | None]]:
         """role -> (current render fingerprint, hold) as the renderer sees the world now."""
         parent = self.parents[name]
-        md = parse_parent(copy.deepcopy(parent))
+        md = ModelDeployment.model_validate(copy.deepcopy(parent))
         world = World.from_related(related if related is not None else self.related_for(parent))
         ctx = build_context(md, world, self.settings.options)
         out: dict[str, tuple[str, str | None]] = {}
@@ -457,18 +460,18 @@ class Sim:
         parent = self.parents[name]
         request = self.request(name)
         now = self.now()
-        try:
-            result = reconcile(request, self.settings, now=now)
-        except SyncFailed as exc:
-            self.note(f"sync {name}: render failed: {exc}")
-            for intent in exc.intents:
+        result = reconcile(request, self.settings, now=now)
+        if isinstance(result, Refusal):
+            self.note(f"sync {name}: render failed: {result.message}")
+            for intent in result.events:
                 self._execute(name, intent)
-            record = PassRecord(name, self.t, None, str(exc), [], [], list(exc.intents))
+            record = PassRecord(name, self.t, None, result.message, [], [], list(result.events))
             self.passes.append(record)
             return record
         input_key = b""
         if self.check_determinism:
-            again = reconcile(HookRequest.model_validate(request.model_dump()), self.settings, now=now)
+            again = reconcile(copy.deepcopy(request), self.settings, now=now)
+            assert isinstance(again, SyncResult)
             if dumps(again.status) != dumps(result.status) or dumps(again.children) != dumps(result.children) \
                     or repr(again.intents) != repr(result.intents):
                 self.fail(f"sync {name}: the same request gave a different answer")

@@ -6,7 +6,8 @@ import pytest
 
 from app.api.cluster import InstanceType
 from app.api.v1 import ModelDeployment
-from app.render.image import ImageError, lowest_runtime, role_image
+from app.render.errors import RenderError
+from app.render.image import lowest_runtime, role_image
 from tests.conftest import example, world_objects
 
 
@@ -77,7 +78,7 @@ def test_lowest_runtime_is_taken_numerically_and_the_rest_reported():
 )
 def test_each_failure_says_whether_it_resolves(detail, version, fragment, later):
     md = _md(version=version)
-    with pytest.raises(ImageError) as err:
+    with pytest.raises(RenderError) as err:
         role_image(md, md.spec.roles[0], _it(**detail))
     assert fragment in str(err.value)
-    assert err.value.resolves_later is later
+    assert err.value.retryable is later

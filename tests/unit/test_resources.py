@@ -6,7 +6,8 @@ import pytest
 
 from app.api.cluster import InstanceType
 from app.api.v1 import RoleResources
-from app.render.resources import ResourceError, pod_resources
+from app.render.errors import RenderError
+from app.render.resources import pod_resources
 from tests.conftest import world_objects
 
 
@@ -69,16 +70,16 @@ def _profile_not_listed(t: InstanceType) -> None:
 def test_partition_of_unknown_memory_is_a_retryable_failure_not_a_whole_card(unknown, says):
     h20 = _type(H20)
     unknown(h20)
-    with pytest.raises(ResourceError) as raised:
+    with pytest.raises(RenderError) as raised:
         pod_resources(RoleResources(accelerator=1, accelerator_partitioned_profile="3g.48gb"), h20, frozenset())
-    assert raised.value.resolves_later
+    assert raised.value.retryable
     assert says in str(raised.value) and "retried once the type's status converges" in str(raised.value)
 
 
 def test_partition_of_unknown_memory_fails_the_sync_with_a_render_failed_event():
     from app import vocab
-    from app.control.sync import SyncFailed
-    from tests.helpers import parent, sync
+    from app.control.sync import Refusal
+    from tests.helpers import attempt, parent
 
     world = copy.deepcopy(world_objects())
     h20 = next(o for o in world if o["metadata"]["name"] == H20)
@@ -86,10 +87,9 @@ def test_partition_of_unknown_memory_fails_the_sync_with_a_render_failed_event()
         profile.pop("memoryMib", None)
     md = parent("qwen-chat")
     md["spec"]["roles"][0].update(instanceType=H20, resources={"accelerator": 1, "acceleratorPartitionedProfile": "3g.48gb"})
-    with pytest.raises(SyncFailed) as raised:
-        sync(md, world=world)
-    assert raised.value.resolves_later
-    assert any(getattr(i, "reason", None) == vocab.EVENT_RENDER_FAILED for i in raised.value.intents)
+    refusal = attempt(md, world=world)
+    assert isinstance(refusal, Refusal) and refusal.retryable
+    assert any(getattr(i, "reason", None) == vocab.EVENT_RENDER_FAILED for i in refusal.events)
 
 
 def test_ephemeral_storage_is_capped_by_local_storage():

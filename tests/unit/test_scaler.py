@@ -10,7 +10,7 @@ import pytest
 
 from app import vocab
 from app.admission import scaler as rules
-from app.api.scaler import ModelDeploymentScaler
+from app.api.scaler import ModelDeploymentScaler, scaler_hook_request, target_of
 from app.api.v1 import ModelDeployment
 from app.control import scaler as scaling
 from app.control.intents import ApplyRoleReplicas, RecordEvent
@@ -55,6 +55,12 @@ def scaler(replicas: int = 1, **kwargs: Any) -> ModelDeploymentScaler:
     return ModelDeploymentScaler.model_validate(scaler_object(replicas, **kwargs))
 
 
+def plan(s: ModelDeploymentScaler, target: dict[str, Any] | None, settings: scaling.ScalerSettings, *,
+         now: str) -> scaling.ScalerResult:
+    """One pass of the scaler's planner on `s` and its target deployment as the request carries it."""
+    return scaling.plan(scaler_hook_request(s, target), settings, now=now)
+
+
 def conditions(result: scaling.ScalerResult) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in result.status["conditions"]}
 
@@ -71,7 +77,7 @@ def events(result: scaling.ScalerResult) -> list[RecordEvent]:
 
 
 def test_a_step_writes_ratio_times_units_on_every_listed_role_and_nothing_else():
-    result = scaling.plan(scaler(3), deployment(1, 2), SETTINGS, now=NOW)
+    result = plan(scaler(3), deployment(1, 2), SETTINGS, now=NOW)
     (write,) = writes(result)
     assert write == ApplyRoleReplicas("team-a", "pd-demo", "md-uid", (("prefill", 3), ("decode", 6)))
     assert conditions(result)["Active"]["status"] == "True"
@@ -80,7 +86,7 @@ def test_a_step_writes_ratio_times_units_on_every_listed_role_and_nothing_else()
 
 
 def test_status_counts_whole_units_declared_and_ready():
-    result = scaling.plan(scaler(2), deployment(2, 3, ready=(2, 1)), SETTINGS, now=NOW)
+    result = plan(scaler(2), deployment(2, 3, ready=(2, 1)), SETTINGS, now=NOW)
     status = result.status
     assert status["replicas"] == 1  # min(2 // 1, 3 // 2)
     assert status["readyReplicas"] == 0  # min(2 // 1, 1 // 2)
@@ -90,23 +96,23 @@ def test_status_counts_whole_units_declared_and_ready():
 
 
 def test_the_selector_picks_the_roles_leader_pods_for_hpa():
-    status = scaling.plan(scaler(1), deployment(), SETTINGS, now=NOW).status
+    status = plan(scaler(1), deployment(), SETTINGS, now=NOW).status
     assert status["selector"] == ("app.kubernetes.io/name=model-deployment,app.kubernetes.io/instance=pd-demo,"
                                   "app.kubernetes.io/component in (decode,prefill),"
                                   "modeldeployment.gpustack.ai/member-index=0")
-    single = scaling.plan(scaler(1, roles=(("decode", 1),)), deployment(), SETTINGS, now=NOW).status
+    single = plan(scaler(1, roles=(("decode", 1),)), deployment(), SETTINGS, now=NOW).status
     assert "app.kubernetes.io/component=decode," in single["selector"]
 
 
 def test_a_deployment_at_the_desired_replicas_is_left_alone_and_an_idle_pass_is_byte_identical():
-    first = scaling.plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW)
+    first = plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW)
     assert not writes(first) and not events(first)
-    again = scaling.plan(scaler(1, status=first.status), deployment(1, 2), SETTINGS, now="2026-12-01T01:00:00Z")
+    again = plan(scaler(1, status=first.status), deployment(1, 2), SETTINGS, now="2026-12-01T01:00:00Z")
     assert again.status == first.status
 
 
 def test_no_deployment_no_write_and_says_so():
-    result = scaling.plan(scaler(2), None, SETTINGS, now=NOW)
+    result = plan(scaler(2), None, SETTINGS, now=NOW)
     active = conditions(result)["Active"]
     assert (active["status"], active["reason"]) == ("False", vocab.REASON_DEPLOYMENT_NOT_FOUND)
     assert "team-a/pd-demo" in active["message"]
@@ -115,7 +121,7 @@ def test_no_deployment_no_write_and_says_so():
 
 
 def test_a_role_the_deployment_lacks_blocks_the_whole_write():
-    result = scaling.plan(scaler(2, roles=(("prefill", 1), ("decoder", 2))), deployment(), SETTINGS, now=NOW)
+    result = plan(scaler(2, roles=(("prefill", 1), ("decoder", 2))), deployment(), SETTINGS, now=NOW)
     active = conditions(result)["Active"]
     assert (active["status"], active["reason"]) == ("False", vocab.REASON_ROLE_NOT_FOUND)
     assert "decoder" in active["message"] and "prefill, decode" in active["message"]
@@ -124,7 +130,7 @@ def test_a_role_the_deployment_lacks_blocks_the_whole_write():
 
 def test_a_step_past_the_pod_bound_is_refused_not_written():
     # Decoders of size 2, a 1:1 ratio; 2,048 Pods at most; 700 units = 700 + 700 × 2 Pods.
-    result = scaling.plan(scaler(700, roles=(("prefill", 1), ("decode", 1))), deployment(decode_size=2), SETTINGS,
+    result = plan(scaler(700, roles=(("prefill", 1), ("decode", 1))), deployment(decode_size=2), SETTINGS,
                           now=NOW)
     active = conditions(result)["Active"]
     assert (active["status"], active["reason"]) == ("False", vocab.REASON_SCALE_REFUSED)
@@ -135,13 +141,13 @@ def test_a_step_past_the_pod_bound_is_refused_not_written():
 
 
 def test_a_role_past_its_bound_is_refused():
-    result = scaling.plan(scaler(600, roles=(("decode", 2),)), deployment(), SETTINGS, now=NOW)
+    result = plan(scaler(600, roles=(("decode", 2),)), deployment(), SETTINGS, now=NOW)
     assert "1200 replicas on role decode" in conditions(result)["Active"]["message"]
     assert not writes(result)
 
 
 def test_a_hand_edit_is_set_back_and_reported_naming_who_made_it():
-    synced = scaling.plan(scaler(2), deployment(2, 4), SETTINGS, now=NOW).status
+    synced = plan(scaler(2), deployment(2, 4), SETTINGS, now=NOW).status
     edited = deployment(2, 7)
     edited["metadata"]["managedFields"] = [
         {"manager": vocab.SCALER_FIELD_MANAGER, "operation": "Apply",
@@ -149,7 +155,7 @@ def test_a_hand_edit_is_set_back_and_reported_naming_who_made_it():
         {"manager": "kubectl-edit", "operation": "Update",
          "fieldsV1": {"f:spec": {"f:roles": {'k:{"name":"decode"}': {"f:replicas": {}}}}}},
     ]
-    result = scaling.plan(scaler(2, status=synced), edited, SETTINGS, now=NOW)
+    result = plan(scaler(2, status=synced), edited, SETTINGS, now=NOW)
     active = conditions(result)["Active"]
     assert (active["status"], active["reason"]) == ("False", vocab.REASON_CONFLICT)
     assert "roles[decode].replicas is 7 (set by kubectl-edit), not 4" in active["message"]
@@ -158,8 +164,8 @@ def test_a_hand_edit_is_set_back_and_reported_naming_who_made_it():
 
 
 def test_a_new_step_is_not_mistaken_for_a_hand_edit():
-    synced = scaling.plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW).status
-    result = scaling.plan(scaler(3, status=synced), deployment(1, 2), SETTINGS, now=NOW)
+    synced = plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW).status
+    result = plan(scaler(3, status=synced), deployment(1, 2), SETTINGS, now=NOW)
     assert conditions(result)["Active"]["reason"] == vocab.REASON_SCALER_SYNCED
 
 
@@ -167,19 +173,19 @@ def test_fields_another_manager_owns_are_taken_over_even_at_the_same_value():
     adopted = deployment(1, 2)
     adopted["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsV1": {
         "f:spec": {"f:roles": {'k:{"name":"prefill"}': {"f:replicas": {}}, 'k:{"name":"decode"}': {"f:replicas": {}}}}}}]
-    assert writes(scaling.plan(scaler(1), adopted, SETTINGS, now=NOW))
+    assert writes(plan(scaler(1), adopted, SETTINGS, now=NOW))
 
 
 def test_quota_pending_counts_the_new_replicas_that_wait():
     # A step 1 -> 2 units: prefill 1 -> 2, decode 2 -> 4; one decoder admitted, the rest queued.
-    result = scaling.plan(scaler(2), deployment(2, 4, ready=(1, 2), admitted=(1, 3)), SETTINGS, now=NOW)
+    result = plan(scaler(2), deployment(2, 4, ready=(1, 2), admitted=(1, 3)), SETTINGS, now=NOW)
     quota = conditions(result)[vocab.COND_QUOTA_RESERVED]
     assert (quota["status"], quota["reason"]) == ("False", vocab.REASON_QUOTA_PENDING)
     assert quota["message"].startswith("2 of 3 new replicas wait for quota (prefill 1, decode 1)")
 
 
 def test_quota_reserved_when_every_replica_is_admitted():
-    quota = conditions(scaling.plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW))[vocab.COND_QUOTA_RESERVED]
+    quota = conditions(plan(scaler(1), deployment(1, 2), SETTINGS, now=NOW))[vocab.COND_QUOTA_RESERVED]
     assert (quota["status"], quota["reason"]) == ("True", vocab.REASON_RESERVED)
 
 
@@ -187,19 +193,19 @@ def test_status_values_read_back_are_bounded():
     md = deployment(1, 2)
     md["status"]["roles"][0]["ready"] = 10**12
     md["status"]["roles"][1]["ready"] = "many"
-    status = scaling.plan(scaler(1), md, SETTINGS, now=NOW).status
+    status = plan(scaler(1), md, SETTINGS, now=NOW).status
     assert [r["ready"] for r in status["roles"]] == [1, 0]
 
 
 def test_customize_relates_only_the_target_deployment():
-    assert scaling.customize(scaler_object()) == {"relatedResources": [{
+    assert scaling.customize(scaler()) == {"relatedResources": [{
         "apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_MODEL_DEPLOYMENTS, "namespace": "team-a",
         "names": ["pd-demo"]}]}
 
 
 def test_only_the_named_deployment_in_the_scalers_namespace_is_read():
     related = {vocab.RELATED_MODEL_DEPLOYMENTS: {"team-b/pd-demo": deployment(), "team-a/other": deployment()}}
-    assert scaling.target_deployment(scaler(), related) is None
+    assert target_of(scaler(), related) is None
 
 
 # --- the executor's checks (docs/autoscaling.md#trust) ----------------------------------------------
@@ -238,7 +244,7 @@ def test_the_write_runs_only_when_the_live_scaler_asks_for_exactly_it():
 
 
 def test_a_forged_pass_writes_nothing():
-    result = scaling.plan(scaler(3), deployment(), SETTINGS, now=NOW)
+    result = plan(scaler(3), deployment(), SETTINGS, now=NOW)
     kube = FakeKube(live=None)
     with pytest.raises(ParentMismatch):
         asyncio.run(ScalerExecutor(kube).run(PARENT, result.intents))  # type: ignore[arg-type]
@@ -249,7 +255,7 @@ def test_a_forged_pass_writes_nothing():
 
 
 def test_the_executor_writes_then_records_the_events_on_the_scaler():
-    result = scaling.plan(scaler(3), deployment(), SETTINGS, now=NOW)
+    result = plan(scaler(3), deployment(), SETTINGS, now=NOW)
     kube = FakeKube(live=scaler_object(3))
     assert asyncio.run(ScalerExecutor(kube).run(PARENT, result.intents)) is None  # type: ignore[arg-type]
     assert kube.applied == [("team-a", "pd-demo", "md-uid", (("prefill", 3), ("decode", 6)))]
@@ -257,7 +263,7 @@ def test_the_executor_writes_then_records_the_events_on_the_scaler():
 
 
 def test_a_refused_write_is_reported_as_scale_refused():
-    result = scaling.plan(scaler(3), deployment(), SETTINGS, now=NOW)
+    result = plan(scaler(3), deployment(), SETTINGS, now=NOW)
     kube = FakeKube(live=scaler_object(3), refusal="admission webhook denied: spec.roles: 3000 Pods")
     refusal = asyncio.run(ScalerExecutor(kube).run(PARENT, result.intents))  # type: ignore[arg-type]
     assert refusal is not None

@@ -8,11 +8,13 @@ import orjson
 import pytest
 
 from app import vocab
-from app.control.sync import SyncFailed, customize
+from app.api.v1 import ModelDeployment
+from app.control.sync import Refusal, customize
 from app.render import names
 from tests.conftest import world_objects
 from tests.helpers import (
     NOW,
+    attempt,
     by_kind,
     condition,
     engine,
@@ -195,9 +197,9 @@ def test_status_is_deterministic_and_carries_transition_times():
     observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
     groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
     from app.control.sync import reconcile, SyncSettings
-    from app.api.hooks import HookRequest
+    from app.api.hooks import hook_request
     from tests.helpers import request
-    moved = reconcile(HookRequest.model_validate(request(md, children=observed, extra_related=groups)),
+    moved = reconcile(hook_request(request(md, children=observed, extra_related=groups)),
                       SyncSettings(), now="2026-11-29T13:00:00Z")
     quota = next(c for c in moved.status["conditions"] if c["type"] == vocab.COND_QUOTA_RESERVED)
     weights = next(c for c in moved.status["conditions"] if c["type"] == vocab.COND_WEIGHTS_READY)
@@ -211,10 +213,10 @@ def test_render_failure_names_the_role_and_whether_it_resolves():
     for obj in world:
         if obj["metadata"]["name"] == "gpustack-nvidia-a10g-linux-amd64":
             obj["status"]["detail"]["manufacturer"] = "cambricon"
-    with pytest.raises(SyncFailed) as err:
-        sync(parent("qwen-chat"), world=world)
-    assert "no runner backend" in str(err.value) and err.value.resolves_later is False
-    (event,) = err.value.intents
+    refusal = attempt(parent("qwen-chat"), world=world)
+    assert isinstance(refusal, Refusal)
+    assert "no runner backend" in refusal.message and refusal.retryable is False
+    (event,) = refusal.events
     assert event.reason == vocab.EVENT_RENDER_FAILED and event.type == "Warning"
 
 
@@ -244,8 +246,7 @@ def test_finalize_tears_down_a_role_whose_instance_type_is_gone():
     first = sync(md)
     observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
     without_type = [o for o in world_objects() if o["kind"] != "InstanceType"]
-    with pytest.raises(SyncFailed):
-        sync(md, children=observed, world=without_type)  # a live pass still refuses to render
+    assert isinstance(attempt(md, children=observed, world=without_type), Refusal)  # a live pass refuses to render
     pending = sync(md, children=observed, world=without_type, finalizing=True)
     assert pending.finalized is False and pods(pending) == []
     deletes = sorted(i.name for i in pending.intents if type(i).__name__ == "DeleteWorkload")
@@ -277,7 +278,7 @@ def test_artifact_not_resolved_creates_no_pod():
 
 
 def test_customize_selects_types_binding_pools_artifact_and_workloads():
-    rules = customize(parent("pd-pair"))["relatedResources"]
+    rules = customize(ModelDeployment.model_validate(parent("pd-pair")))["relatedResources"]
     by_resource = {r["resource"]: r for r in rules}
     assert by_resource["instancetypes"]["names"] == ["gpustack-nvidia-h20-linux-amd64"]
     assert by_resource["kvcachepoolbindings"] == {"apiVersion": vocab.API_VERSION, "resource": "kvcachepoolbindings",
