@@ -933,6 +933,10 @@ class Soak:
         flap NotReady every grace period for the rest of the run (bench/soak.md).
         Restarting kwok once the API server is back restores the kubelet's behaviour."""
         self.apiserver_up()
+        # Not while a node fault has a node out of kwok's hands: a kwok started then did not play
+        # that node's Pods once it came back (a Pod deleted on it stayed Terminating for minutes).
+        e2e_cluster.wait_until(lambda: not self.nodes_out, NODE_GONE_TIMEOUT_SECONDS + 30, 1.0,
+                               "node faults to end before kwok restarts")
         self.cp.stop_component("kwok")
         self.keeper.call(lambda: self.cp.start_component("kwok"))
         e2e_cluster.wait_until(self.kubelets_renewing, 60, 1.0, "kwok renewing every node's Lease")

@@ -179,6 +179,12 @@ class ObservedInstance:
                    for p in self.pods)
 
     @property
+    def released(self) -> bool:
+        """Every Pod is being deleted and none carries Kueue's finalizer: Kueue has let them go (their
+        Workload was deleted) and only their kubelet's confirmation is awaited (docs/kueue.md#what-kueue-does-with-a-group)."""
+        return bool(self.pods) and not self.live and not self.held_by_kueue
+
+    @property
     def evicted(self) -> bool:
         """Kueue stopped this incarnation's Pods because its Workload was evicted."""
         return any(pod_stopped_by_eviction(p) for p in self.pods)

@@ -305,8 +305,10 @@ def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     entry.action = Action.SHED
     _let_go(entry)
     # Deleted even when not observed: customize no longer lists a shed ordinal's Workload. One the
-    # request shows being deleted already is not deleted again.
-    if workload is None or not obs.workload_deleting(workload):
+    # request shows being deleted already is not deleted again, nor one Kueue made again for Pods it
+    # already let go (see _departed).
+    released = inst is not None and inst.released
+    if not released and (workload is None or not obs.workload_deleting(workload)):
         p.plan.intents.append(workload_delete(p.ctx.namespace, p.group(entry.ordinal), workload,
                                               "deployment deleted" if p.finalizing else "scale-down"))
     if inst is None or not inst.ran or p.finalizing:
@@ -356,6 +358,12 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
     assert inst is not None
     entry.action = Action.REBUILD
     _let_go(entry)
+    if inst.released:
+        # Its Workload was deleted and Kueue let the Pods go; while they terminate (a kubelet that does
+        # not answer keeps them for as long as it is away) Kueue makes a new Workload for them at once.
+        # Deleting that frees nothing and only starts the loop again, many times a second; the garbage
+        # collector removes it with its Pods (docs/kueue.md#what-kueue-does-with-a-group).
+        return
     if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
         p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
     p.delete_workload(entry.ordinal, workload, "departed replica")

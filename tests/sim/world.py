@@ -217,6 +217,7 @@ class Sim:
         check_determinism: bool = True,
         namespace: str = "team-a",
         workload_finalizer_lag: bool = False,
+        kueue_composes_for_terminating_pods: bool = True,
     ) -> None:
         self.t = 0.0
         self.namespace = namespace
@@ -224,6 +225,7 @@ class Sim:
         self.settings = SyncSettings(gang_release_after_seconds=release_after)
         self.check_determinism = check_determinism
         self.workload_finalizer_lag = workload_finalizer_lag
+        self.kueue_composes_for_terminating_pods = kueue_composes_for_terminating_pods
         self.parents: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.other_children: dict[tuple[str, str], dict[str, Any]] = {}  # (child key, name) -> object
@@ -831,7 +833,19 @@ class Sim:
             return False
         return pod_phase(pod) != "Failed"
 
+    def garbage_collect(self) -> None:
+        """The garbage collector: a Workload whose owner Pods are all gone goes with them (Kueue's
+        composed Workloads are owned by their Pods). Nothing else of the group is touched."""
+        uids = {p["metadata"]["uid"] for p in self.pods.values()}
+        for name, wl in sorted(self.workloads.items()):
+            owners = [o["uid"] for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"]
+            if owners and not deleting(wl) and not any(uid in uids for uid in owners):
+                del self.workloads[name]
+                self.wl_info.pop(name, None)
+                self.note(f"garbage collector: Workload {name} deleted (its Pods are gone)")
+
     def kueue_compose(self) -> None:
+        self.garbage_collect()
         for name in [n for n, w in self.workloads.items() if deleting(w)]:
             del self.workloads[name]
             self.wl_info.pop(name, None)
@@ -853,10 +867,13 @@ class Sim:
             for pod in members:
                 if deleting(pod) or pod_phase(pod) == "Failed":
                     self._release_finalizer(pod)
-            fresh = [p for p in active if not deleting(p)]
-            if len(fresh) < total:
+            # A Pod being deleted counts while it is on a node (Kueue's isPodRunnableOrSucceeded), so
+            # Kueue composes a Workload again for a group whose Pods all terminate on a node that does
+            # not answer (docs/kueue.md#what-kueue-does-with-a-group; the soak found the loop).
+            composed = active if self.kueue_composes_for_terminating_pods else [p for p in active if not deleting(p)]
+            if len(composed) < total:
                 continue
-            self._create_workload(group, fresh, total)
+            self._create_workload(group, composed, total)
 
     def _create_workload(self, group: str, members: list[dict[str, Any]], total: int) -> None:
         first = members[0]

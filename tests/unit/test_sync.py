@@ -186,6 +186,25 @@ def test_scale_up_keeps_survivors_byte_identical_and_scale_down_sheds_the_highes
     assert len(leaving) == 2 and all("30s" in e.message for e in leaving)
 
 
+def test_a_departed_replica_kueue_let_go_keeps_the_workload_kueue_made_again():
+    """A departed replica's Pods terminating without Kueue's finalizer (its Workload was deleted):
+    the Workload the request shows was composed again by Kueue for those Pods, and deleting it would
+    only start the loop again (docs/kueue.md#what-kueue-does-with-a-group). One whose Pods Kueue
+    still holds is deleted, as before."""
+    first = sync(parent("qwen-chat"))
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    group = observed[0]["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]
+    groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
+    observed[0]["metadata"]["deletionTimestamp"] = NOW
+    observed[0]["metadata"]["finalizers"] = [vocab.FINALIZER_KUEUE_MANAGED]
+    held = sync(parent("qwen-chat"), children=observed, extra_related=groups)
+    assert [i.name for i in held.intents if type(i).__name__ == "DeleteWorkload"] == [group]
+    observed[0]["metadata"]["finalizers"] = []
+    released = sync(parent("qwen-chat"), children=observed, extra_related=groups)
+    assert [i for i in released.intents if type(i).__name__ == "DeleteWorkload"] == []
+    assert observed[0]["metadata"]["name"] not in {p["metadata"]["name"] for p in pods(released)}
+
+
 def test_status_is_deterministic_and_carries_transition_times():
     md = parent("qwen-chat")
     first = sync(md)
