@@ -48,9 +48,11 @@ from bench.e2e_scale_baseline import spec_key  # noqa: E402
 NAMESPACE = md_operator.NAMESPACE
 INSTANCE_TYPE = "bench-scale-a10g-linux-amd64"
 QUEUE = "bench-scale"
-# A dedicated pool: 16 kwok nodes with room for ~1,250 one-card Pods (1,000 plus the replacements
-# of a rollout); Kueue's quota is the pool's total.
-NODES = 16
+# A dedicated pool of kwok nodes with room for every Pod of the largest N plus the replacements of
+# a rollout (a quarter more): 16 nodes (~1,250 one-card Pods) up to N = 100, more beyond. Kueue's
+# quota is the pool's total (a pool sized for N = 100 left N = 200's apply queued at 1,345 of 2,000).
+MIN_NODES = 16
+PODS_PER_DEPLOYMENT = 10
 GPUS_PER_NODE = 80
 CPU_PER_NODE = 800
 MEMORY_PER_NODE_GI = 4096
@@ -75,29 +77,35 @@ def log(line: str) -> None:
 
 # --- the world and the deployments ----------------------------------------------------------------
 
-def instance_type() -> dict[str, Any]:
+def pool_nodes(largest: int) -> int:
+    """Nodes enough for `largest` deployments' Pods and a rollout's replacements, on cards and Pods."""
+    wanted = largest * PODS_PER_DEPLOYMENT * 5 // 4
+    return max(MIN_NODES, -(-wanted // min(GPUS_PER_NODE, PODS_PER_NODE)))
+
+
+def instance_type(nodes: int) -> dict[str, Any]:
     docs = yaml.safe_load_all((ROOT / "examples" / "world" / "instancetypes.yaml").read_text())
     a10g = next(d for d in docs if d and d["metadata"]["name"] == "gpustack-nvidia-a10g-linux-amd64")
     it = copy.deepcopy(a10g)
     it["metadata"] = {"name": INSTANCE_TYPE}
     it["spec"]["displayName"] = "NVIDIA A10G (bench/e2e-scale pool)"
     it["status"]["entrance"] = QUEUE
-    it["status"]["accelerator"] = {"capacity": NODES * GPUS_PER_NODE, "remaining": NODES * GPUS_PER_NODE,
+    it["status"]["accelerator"] = {"capacity": nodes * GPUS_PER_NODE, "remaining": nodes * GPUS_PER_NODE,
                                    "onceMaxRequest": 8}
     return it
 
 
-def node_pool() -> e2e_cluster.NodePool:
-    return e2e_cluster.NodePool("scale", NODES, INSTANCE_TYPE, "nvidia.com/gpu", GPUS_PER_NODE,
+def node_pool(nodes: int) -> e2e_cluster.NodePool:
+    return e2e_cluster.NodePool("scale", nodes, INSTANCE_TYPE, "nvidia.com/gpu", GPUS_PER_NODE,
                                 cpu=str(CPU_PER_NODE), memory=f"{MEMORY_PER_NODE_GI}Gi", pods=str(PODS_PER_NODE),
                                 nodes_per_rack=4)
 
 
-def kueue_objects() -> list[dict[str, Any]]:
-    quota = [{"name": "cpu", "nominalQuota": str(NODES * CPU_PER_NODE)},
-             {"name": "memory", "nominalQuota": f"{NODES * MEMORY_PER_NODE_GI}Gi"},
-             {"name": "ephemeral-storage", "nominalQuota": f"{NODES * 2}Ti"},
-             {"name": "nvidia.com/gpu", "nominalQuota": str(NODES * GPUS_PER_NODE)}]
+def kueue_objects(nodes: int) -> list[dict[str, Any]]:
+    quota = [{"name": "cpu", "nominalQuota": str(nodes * CPU_PER_NODE)},
+             {"name": "memory", "nominalQuota": f"{nodes * MEMORY_PER_NODE_GI}Gi"},
+             {"name": "ephemeral-storage", "nominalQuota": f"{nodes * 2}Ti"},
+             {"name": "nvidia.com/gpu", "nominalQuota": str(nodes * GPUS_PER_NODE)}]
     return [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": QUEUE},
          "spec": {"nodeLabels": {"gpustack.ai/instance-type": INSTANCE_TYPE}}},
@@ -616,7 +624,9 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     with_lws = "lws" in modes
-    cp = lws.LwsControlPlane(nodes=(node_pool(),)) if with_lws else e2e_cluster.ControlPlane(nodes=(node_pool(),))
+    nodes = pool_nodes(max(sizes))
+    pool = node_pool(nodes)
+    cp = lws.LwsControlPlane(nodes=(pool,)) if with_lws else e2e_cluster.ControlPlane(nodes=(pool,))
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True
@@ -628,13 +638,13 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
             cp.start_lws()
         op = md_operator.start_operator(cp)
         log(f"control plane and operator up in {time.monotonic() - t0:.0f} s; work dir {cp.work_dir}")
-        it = instance_type()
+        it = instance_type(nodes)
         status = it.pop("status")
         cp.apply(it)
         cp.kubectl("patch", "instancetypes.worker.gpustack.ai", INSTANCE_TYPE, "--subresource=status", "--type=merge",
                    "-p", json.dumps({"status": status}))
         it["status"] = status
-        cp.apply(kueue_objects())
+        cp.apply(kueue_objects(nodes))
         world = [it] + [o for o in yaml.safe_load_all((ROOT / "examples" / "world" / "kvcache.yaml").read_text()) if o]
         work = cp.work_dir / "e2e-scale"
         work.mkdir(exist_ok=True)
