@@ -933,6 +933,11 @@ class Soak:
         flap NotReady every grace period for the rest of the run (bench/soak.md).
         Restarting kwok once the API server is back restores the kubelet's behaviour."""
         self.apiserver_up()
+        # Most restarts leave kwok's Leases renewing; restart kwok only when one has lapsed (a kwok
+        # restart is itself a risk: Pods it did not play again once left a deployment Degraded).
+        with contextlib.suppress(Exception):
+            e2e_cluster.wait_until(self.kubelets_renewing, 30, 1.0, "kwok renewing every node's Lease")
+            return
         # Not while a node fault has a node out of kwok's hands: a kwok started then did not play
         # that node's Pods once it came back (a Pod deleted on it stayed Terminating for minutes).
         e2e_cluster.wait_until(lambda: not self.nodes_out, NODE_GONE_TIMEOUT_SECONDS + 30, 1.0,
