@@ -56,7 +56,7 @@ def hook_request(body: Any, *, finalizing: bool = False) -> HookRequest:
 
 def parse_customize(raw: bytes) -> ModelDeployment:
     """The parent of a customize request, or BadHookRequest."""
-    body = _json(raw)
+    body = strict.json_body(raw)
     strict.check_customize_request(body)
     return _deployment(body["parent"])
 
@@ -70,20 +70,13 @@ def _deployment(parent: KubeObject) -> ModelDeployment:
         raise BadHookRequest("the parent is nested too deeply to be a ModelDeployment") from exc
 
 
-def _json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadHookRequest(f"request body is not JSON: {exc}") from exc
-
-
 def _decode_sync(raw: bytes) -> Any:
     """The request as plain values (managedFields dropped when it is shaped like a hook request)."""
     try:
         decoded = read_sync_request(raw)
     except RecursionError as exc:
         raise BadHookRequest("request body is nested too deeply to be a Metacontroller hook request") from exc
-    return _json(raw) if decoded is None else decoded
+    return strict.json_body(raw) if decoded is None else decoded
 
 
 def sync_response(status: KubeObject, children: list[KubeObject], resync_after: float | None,

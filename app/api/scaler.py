@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Optional, TypedDict
 
 import msgspec
-import orjson
 from pydantic import Field, ValidationError
 
 from app import vocab
 from app.api.objects import KubeObject
 from app.api.schema import KubeModel, cel, list_map
-from app.api.strict import BadHookRequest, schema_mismatch
+from app.api.strict import BadHookRequest, json_body, schema_mismatch
 from app.api.v1 import Condition, ModelDeployment, ObjectMeta
 
 SCALER_FROZEN_WHY = ("a scaler governs one fixed set of roles of one deployment; to change it, delete this scaler "
@@ -185,10 +184,7 @@ def target_of(scaler: ModelDeploymentScaler, related: Any) -> KubeObject | None:
 
 
 def _scaler_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadHookRequest(f"request body is not JSON: {exc}") from exc
+    body = json_body(raw)
     check_scaler_request(body)
     checked: dict[str, Any] = body
     return checked

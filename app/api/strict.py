@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Optional, TypedDict
 
 import msgspec
+import orjson
 from pydantic import ValidationError
 
 from app import quantity, vocab
@@ -52,6 +53,14 @@ def _loc(loc: tuple[Any, ...]) -> str:
     """A pydantic error location as a field path: `spec.roles[0].replicas`."""
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc
                    if isinstance(p, int) or (p not in _BRANCH_TAGS and "[" not in str(p))).lstrip(".")
+
+
+def json_body(raw: bytes) -> Any:
+    """A hook request's bytes as JSON values, or BadHookRequest (400)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadHookRequest(f"request body is not JSON: {exc}") from exc
 
 
 def schema_mismatch(exc: ValidationError, what: str) -> BadHookRequest:
