@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -85,7 +85,74 @@ class Operator:
                 return last
             time.sleep(interval)
         logs = {name: str(path) for name, path in self.cp.log_paths().items()}
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}; logs={logs}")
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n"
+                             f"{cluster_digest(self.cp)}\nlogs={logs}")
+
+
+def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> str:
+    """What a timed-out wait needs to be explained from its message alone: each deployment's phase,
+    the namespace's Pods and Workloads, the queues' usage, and whether every fake kubelet still
+    renews its node's Lease (a lapsed one makes its node NotReady and its Pods unschedulable)."""
+    lines: list[str] = []
+
+    def section(title: str, read: Callable[[], list[str]]) -> None:
+        try:
+            lines.extend([f"{title}:", *(f"  {row}" for row in read())])
+        except Exception as exc:  # noqa: BLE001 - a digest never hides the timeout behind its own error
+            lines.append(f"{title}: unreadable ({exc})")
+
+    def deployments() -> list[str]:
+        return [f"{md['metadata']['name']} gen={md['metadata'].get('generation')} "
+                f"observed={(md.get('status') or {}).get('observedGeneration')} "
+                f"phase={(md.get('status') or {}).get('phase')}: {(md.get('status') or {}).get('phaseMessage', '')}"
+                for md in cp.kubectl_json("get", "md", "-n", namespace)["items"]]
+
+    def pods() -> list[str]:
+        rows = []
+        for pod in cp.kubectl_json("get", "pods", "-n", namespace)["items"]:
+            meta, status = pod["metadata"], pod.get("status") or {}
+            ready = next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Ready"), "-")
+            gated = "gated " if pod["spec"].get("schedulingGates") else ""
+            going = "deleting " if meta.get("deletionTimestamp") else ""
+            rows.append(f"{meta['name']} {status.get('phase')} ready={ready} {gated}{going}"
+                        f"node={pod['spec'].get('nodeName', '-')} finalizers={meta.get('finalizers', [])}")
+        return rows
+
+    def workloads() -> list[str]:
+        rows = []
+        for wl in cp.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+            conditions = {c["type"]: c["status"] for c in (wl.get("status") or {}).get("conditions") or []}
+            checks = {c["name"]: c["state"] for c in (wl.get("status") or {}).get("admissionChecks") or []}
+            going = " deleting" if wl["metadata"].get("deletionTimestamp") else ""
+            rows.append(f"{wl['metadata']['name']} {conditions} checks={checks} "
+                        f"owners={len(wl['metadata'].get('ownerReferences') or [])}{going}")
+        return rows
+
+    def queues() -> list[str]:
+        return [f"{cq['metadata']['name']} pending={(cq.get('status') or {}).get('pendingWorkloads')} "
+                f"reserving={(cq.get('status') or {}).get('reservingWorkloads')} "
+                f"admitted={(cq.get('status') or {}).get('admittedWorkloads')}"
+                for cq in cp.kubectl_json("get", "clusterqueues.kueue.x-k8s.io")["items"]]
+
+    def kubelets() -> list[str]:
+        now = time.time()
+        rows = []
+        for lease in cp.kubectl_json("get", "leases", "-n", "kube-node-lease")["items"]:
+            renewed = (lease.get("spec") or {}).get("renewTime")
+            age = f"{now - _rfc3339(renewed):.0f} s ago" if renewed else "never"
+            rows.append(f"{lease['metadata']['name']} renewed {age}")
+        return rows
+
+    for title, read in (("deployments", deployments), ("pods", pods), ("workloads", workloads),
+                        ("cluster queues", queues), ("node leases", kubelets)):
+        section(title, read)
+    return "\n".join(lines)
+
+
+def _rfc3339(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_port: int) -> list[dict[str, Any]]:

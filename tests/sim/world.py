@@ -45,6 +45,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 import orjson
+import yaml
 
 from app import vocab
 from app.api.hooks import HookRequest, hook_request
@@ -64,6 +65,9 @@ EXAMPLES = ROOT / "examples"
 BASE_TIME = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 KUEUE_FINALIZER = "kueue.x-k8s.io/managed"
+# Metacontroller queues every parent this often (the CompositeController we install).
+RESYNC_PERIOD_SECONDS = float(yaml.safe_load(
+    (ROOT / "manifests" / "metacontroller" / "compositecontroller.yaml").read_text())["spec"]["resyncPeriodSeconds"])
 WORKLOAD_GROUP_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 DEPARTURE_EVENTS = (vocab.EVENT_REPLICA_EVICTED, vocab.EVENT_REPLICA_LEAVING, vocab.EVENT_REPLICA_RESTARTED)
 EVENT_REPLICA = re.compile(r"replica (\S+) \(role (\S+), ordinal (\d+)\)")
@@ -218,6 +222,7 @@ class Sim:
         namespace: str = "team-a",
         workload_finalizer_lag: bool = False,
         kueue_composes_for_terminating_pods: bool = True,
+        event_driven: bool = True,
     ) -> None:
         self.t = 0.0
         self.namespace = namespace
@@ -226,6 +231,11 @@ class Sim:
         self.check_determinism = check_determinism
         self.workload_finalizer_lag = workload_finalizer_lag
         self.kueue_composes_for_terminating_pods = kueue_composes_for_terminating_pods
+        # Metacontroller calls a parent only when something it watches moved, never for our own
+        # status write (ignoreStatusChanges), when a pass asked to come back, or on the resync
+        # (docs/metacontroller.md#what-starts-a-pass). False: every parent every step.
+        self.event_driven = event_driven
+        self.last_pass: dict[str, tuple[bytes, float, float | None]] = {}  # name -> (inputs, t, resync after)
         self.parents: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.other_children: dict[tuple[str, str], dict[str, Any]] = {}  # (child key, name) -> object
@@ -500,6 +510,8 @@ class Sim:
             self.note(f"sync {name}: the answer was lost after {len(result.intents)} intents")
             self.last_input.pop(name, None)
             return PassRecord(name, self.t, result, "answer lost", [], [], list(result.intents))
+        self.last_pass[name] = (self.pass_inputs(parent, request.children, request.related), self.t,
+                                result.resync_after)
         created, _ = self._apply_children(parent, result.children, facts, request)
         parent["status"] = {**result.status, "observedGeneration": parent["metadata"]["generation"]}
         # Names a written status has seen (status.roles[].nextIncarnations moved past them). A pass
@@ -1089,9 +1101,29 @@ class Sim:
 
     # --- driving -------------------------------------------------------------------------------
 
+    def pass_inputs(self, parent: dict[str, Any], children: Any, related: Any) -> bytes:
+        """What a change of starts a pass: children, related objects, the parent but its status."""
+        meta = parent["metadata"]
+        return dumps([children, related, parent["spec"], meta.get("generation"), meta.get("deletionTimestamp"),
+                      meta.get("labels"), meta.get("annotations")])
+
+    def due(self, name: str) -> bool:
+        """Whether Metacontroller would call the parent's hook now (docs/metacontroller.md#what-starts-a-pass)."""
+        last = self.last_pass.get(name)
+        if not self.event_driven or last is None:
+            return True
+        inputs, at, resync_after = last
+        parent = self.parents[name]
+        if self.pass_inputs(parent, self.children_of(parent), self.related_for(parent)) != inputs:
+            return True
+        if resync_after is not None and self.t >= at + resync_after:
+            return True
+        return self.t >= at + RESYNC_PERIOD_SECONDS
+
     def sync_all(self) -> None:
         for name in sorted(self.parents):
-            self.sync(name)
+            if self.due(name):
+                self.sync(name)
 
     def step(self, seconds: float = 5.0) -> None:
         """One round of the whole system: hooks, Kueue, kubelet, then time passes (the informer
