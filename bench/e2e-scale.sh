@@ -4,9 +4,10 @@
 # e2e cache, tests/e2e/components/build.sh). Rewrites bench/e2e-scale.{json,png} and the
 # e2e-scale section of bench/results.md. Modes (--modes): operator and baseline on the three shapes,
 # wide (the operator on LeaderWorkerSet's shape) and lws (LeaderWorkerSet itself; bench/lws.py; built
-# by tests/e2e/components/build.sh lws, which this script runs first when lws is a mode).
-# About 90 minutes for the default sizes and modes on 2 quiet cores.
-#   bench/e2e-scale.sh                          # N = 10, 50, 100, every mode
+# by tests/e2e/components/build.sh lws, which this script runs first when lws is a mode), then the
+# webhooks' latency against a real API server (bench/webhooks.py; --no-webhooks skips it).
+# About two hours for the default sizes and modes on 2 quiet cores (N = 200 alone about one).
+#   bench/e2e-scale.sh                          # N = 10, 50, 100, 200, every mode
 #   bench/e2e-scale.sh --sizes 10 --out /tmp/s  # a smoke run elsewhere
 #   bench/e2e-scale.sh --modes operator,baseline  # without LeaderWorkerSet
 set -euo pipefail

@@ -691,6 +691,20 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
     return results
 
 
+def webhook_latency() -> dict[str, Any]:
+    """bench/webhooks.py's reviews against a fresh etcd + kube-apiserver, once the scale passes are
+    done (their control plane stopped), so the run carries its own webhook figures."""
+    import tempfile
+
+    from bench import webhooks
+
+    log("webhook latency against a real API server (bench/webhooks.py run_apiserver)")
+    with tempfile.TemporaryDirectory(prefix="e2e-scale-webhooks-") as tmp:
+        out = webhooks.run_apiserver(lambda line: log(line.strip()), Path(tmp))
+    return {**out, "when": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+
+
 def _healthy(obs: Observer, port: int) -> bool:
     try:
         return obs.local.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
@@ -713,15 +727,23 @@ def _source() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10,50,100")
+    parser.add_argument("--sizes", default="10,50,100,200")
     parser.add_argument("--out", type=Path, default=ROOT / "bench")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--source", default=None, help="what code ran (default: this tree's git commit, +dirty)")
+    parser.add_argument("--no-webhooks", action="store_true",
+                        help="skip the webhook latency against a real API server (bench/webhooks.py) after the passes")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source())
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
+    if not args.no_webhooks:
+        try:
+            results["webhooks_apiserver"] = [webhook_latency()]
+        except Exception as exc:  # noqa: BLE001 - the scale figures above are kept whatever happens here
+            results["webhooks_apiserver"] = [{"available": False, "reason": f"{type(exc).__name__}: {exc}"[:600]}]
+        (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     partial = args.out / "e2e-scale.partial.json"
     if partial.exists():
         partial.unlink()
