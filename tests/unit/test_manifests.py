@@ -59,6 +59,18 @@ def test_composite_controller_never_loops():
         assert spec["hooks"][hook]["webhook"]["path"] == f"/hooks/{hook}"
 
 
+def test_every_parent_gets_a_pass_each_minute_and_our_status_writes_start_none():
+    """docs/metacontroller.md#what-starts-a-pass: the resync bounds Metacontroller's back-off after
+    failed syncs; a status-only update of a ModelDeployment is not a reason for a pass."""
+    controllers = {o["metadata"]["name"]: o["spec"] for o in kustomize("manifests") if o["kind"] == "CompositeController"}
+    assert {name: spec["resyncPeriodSeconds"] for name, spec in controllers.items()} == {
+        "modeldeployment": 60, "modeldeploymentscaler": 60}
+    assert controllers["modeldeployment"]["parentResource"]["ignoreStatusChanges"] is True
+    # The scaler's hook compares the replicas its last status wrote with what the deployment declares
+    # (control/scaler.py, conflict); its passes are few, so its controller keeps the status echo.
+    assert "ignoreStatusChanges" not in controllers["modeldeploymentscaler"]["parentResource"]
+
+
 def test_kueue_objects_render():
     kinds = {o["kind"] for o in kustomize("manifests/kueue")}
     assert {"AdmissionCheck", "ClusterQueue", "LocalQueue", "ResourceFlavor", "Topology"} <= kinds
