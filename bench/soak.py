@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import queue
@@ -117,11 +116,6 @@ def quantile(values: list[float], q: float) -> float | None:
     low = int(rank)
     high = min(low + 1, len(ordered) - 1)
     return round(ordered[low] + (ordered[high] - ordered[low]) * (rank - low), 2)
-
-
-def _rfc3339_micro(text: str) -> float:
-    """A Lease's renewTime (RFC 3339 with microseconds, UTC) as seconds since the epoch."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def scaler_kind_installed() -> bool:
@@ -955,7 +949,7 @@ class Soak:
                    for lease in r.json()["items"]}
         nodes = [n for n in self.node_manifests if n not in self.nodes_out]
         cutoff = time.time() - 20
-        return all(renewed.get(n) and _rfc3339_micro(renewed[n]) >= cutoff for n in nodes)
+        return all(renewed.get(n) and md_operator.rfc3339_seconds(renewed[n]) >= cutoff for n in nodes)
 
     def fault_pool_endpoint(self) -> Action:
         users = sorted(n for n in self.present if self.shapes[n].cached)

@@ -102,10 +102,13 @@ def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> 
             lines.append(f"{title}: unreadable ({exc})")
 
     def deployments() -> list[str]:
-        return [f"{md['metadata']['name']} gen={md['metadata'].get('generation')} "
-                f"observed={(md.get('status') or {}).get('observedGeneration')} "
-                f"phase={(md.get('status') or {}).get('phase')}: {(md.get('status') or {}).get('phaseMessage', '')}"
-                for md in cp.kubectl_json("get", "md", "-n", namespace)["items"]]
+        rows = []
+        for md in cp.kubectl_json("get", "md", "-n", namespace)["items"]:
+            status = md.get("status") or {}
+            rows.append(f"{md['metadata']['name']} gen={md['metadata'].get('generation')} "
+                        f"observed={status.get('observedGeneration')} phase={status.get('phase')}: "
+                        f"{status.get('phaseMessage', '')}")
+        return rows
 
     def pods() -> list[str]:
         rows = []
@@ -139,7 +142,7 @@ def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> 
         rows = []
         for lease in cp.kubectl_json("get", "leases", "-n", "kube-node-lease")["items"]:
             renewed = (lease.get("spec") or {}).get("renewTime")
-            age = f"{now - _rfc3339(renewed):.0f} s ago" if renewed else "never"
+            age = f"{now - rfc3339_seconds(renewed):.0f} s ago" if renewed else "never"
             rows.append(f"{lease['metadata']['name']} renewed {age}")
         return rows
 
@@ -149,7 +152,8 @@ def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> 
     return "\n".join(lines)
 
 
-def _rfc3339(stamp: str) -> float:
+def rfc3339_seconds(stamp: str) -> float:
+    """An API timestamp (RFC 3339, UTC, with or without microseconds: a Lease's renewTime) as seconds since the epoch."""
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
