@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 import cluster as e2e_cluster  # noqa: E402  (tests/e2e/cluster.py)
 import md_operator  # noqa: E402  (tests/e2e/md_operator.py)
 
-from app import vocab  # noqa: E402
+from app import timestamps, vocab  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from bench import soak_world as sw  # noqa: E402
 from bench.soak_ledger import Action, Ledger  # noqa: E402
@@ -949,7 +949,7 @@ class Soak:
                    for lease in r.json()["items"]}
         nodes = [n for n in self.node_manifests if n not in self.nodes_out]
         cutoff = time.time() - 20
-        return all(renewed.get(n) and md_operator.rfc3339_seconds(renewed[n]) >= cutoff for n in nodes)
+        return all(renewed.get(n) and timestamps.epoch_seconds(renewed[n]) >= cutoff for n in nodes)
 
     def fault_pool_endpoint(self) -> Action:
         users = sorted(n for n in self.present if self.shapes[n].cached)

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import httpx
 import orjson
 
-from app import vocab
+from app import timestamps, vocab
 from app.api.v1 import ModelDeployment
 from app.model.context import RenderOptions, build_context
 from app.render import names
@@ -104,6 +104,26 @@ def pod_ready(pod: dict[str, Any]) -> bool:
             and cond_true(pod, "Ready"))
 
 
+def ready_between_polls(pods: list[dict[str, Any]], size: int, since: float) -> bool:
+    """Whether a replica's Pods show it was Ready again after `since` (epoch seconds) though no
+    observation saw it so: `size` of them turned Ready after that second and none of those was
+    deleted before the last of them did. A replica rebuilt, Ready and then taken by a departure
+    within one tick would otherwise read as one loss spanning both, and the departure's loss would
+    be blamed on the turnover before it (bench/soak.md#bugs-found-on-the-way). API timestamps are whole seconds,
+    so the comparisons are strict: a window they cannot resolve counts as not Ready."""
+    ready_at: list[float] = []
+    deleted_at: list[float] = []
+    for pod in pods:
+        stamp = next((c.get("lastTransitionTime") for c in (pod.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        if not stamp or timestamps.epoch_seconds(stamp) <= since:
+            continue
+        ready_at.append(timestamps.epoch_seconds(stamp))
+        if deleting(pod):
+            deleted_at.append(timestamps.epoch_seconds(pod["metadata"]["deletionTimestamp"]))
+    return len(ready_at) >= size and (not deleted_at or max(ready_at) < min(deleted_at))
+
+
 def pod_key(pod: dict[str, Any]) -> tuple[str, str, int, str] | None:
     lab = labels(pod)
     try:
@@ -130,6 +150,7 @@ class Observation:
     children: dict[str, list[dict[str, Any]]] | None = None
     nodes: list[dict[str, Any]] | None = None
     events: list[dict[str, Any]] | None = None
+    wall0: float = 0.0  # epoch seconds when the reads began (to compare with API timestamps)
     # derived
     pods_of: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by owner deployment UID
     converged: dict[str, str] = field(default_factory=dict)  # name -> "" when converged, else why not
@@ -162,9 +183,10 @@ class Watcher:
         self._prober = threading.Thread(target=self._probe, name="soak-prober", daemon=True)
         self._children: dict[str, list[dict[str, Any]]] | None = None
         self._nodes: list[dict[str, Any]] | None = None
-        # turnover state: (md uid, role, ordinal) seen Ready; lost ordinals per (md uid, role) -> explained
+        # turnover state: (md uid, role, ordinal) seen Ready; lost ordinals per (md uid, role) ->
+        # (explained by a departure, epoch seconds when first seen lost)
         self._was_ready: set[tuple[str, str, int]] = set()
-        self._lost: dict[tuple[str, str], dict[int, bool]] = defaultdict(dict)
+        self._lost: dict[tuple[str, str], dict[int, tuple[bool, float]]] = defaultdict(dict)
         # untouched state: name -> (md uid, established at, {kind: uids})
         self._baseline: dict[str, tuple[str, float, dict[str, frozenset[str]]]] = {}
         # deletions: name -> (old uid, seen gone at)
@@ -248,7 +270,7 @@ class Watcher:
 
     def observe(self) -> Observation:
         self.tick += 1
-        t0 = self.ledger.now()
+        t0, wall0 = self.ledger.now(), time.time()
         pods = self._list("/api/v1/namespaces/{ns}/pods")
         workloads = {w["metadata"]["name"]: w for w in self._list("/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads")}
         mds = {m["metadata"]["name"]: m for m in self._list("/apis/worker.gpustack.ai/v1/namespaces/{ns}/modeldeployments")}
@@ -271,7 +293,8 @@ class Watcher:
             self._children, self._nodes = children, nodes
         if self.tick % EVENTS_EVERY == 0:
             events = self._list("/api/v1/namespaces/{ns}/events")
-        obs = Observation(self.tick, t0, self.ledger.now(), mds, pods, workloads, world, scalers, children, nodes, events)
+        obs = Observation(self.tick, t0, self.ledger.now(), mds, pods, workloads, world, scalers, children, nodes, events,
+                          wall0)
         for pod in pods:
             for owner in owner_uids(pod):
                 obs.pods_of.setdefault(owner, []).append(pod)
@@ -431,22 +454,27 @@ class Watcher:
                 self._was_ready = {k for k in self._was_ready if not (k[0] == md_uid and k[1] == r and k[2] >= replicas)}
                 for ordinal in range(replicas):
                     key = (md_uid, r, ordinal)
-                    if self.instance_ready(by_ordinal.get((r, ordinal), []), size):
+                    pods = by_ordinal.get((r, ordinal), [])
+                    if self.instance_ready(pods, size):
                         self._was_ready.add(key)
                         lost.pop(ordinal, None)
-                    elif key in self._was_ready and ordinal not in lost:
-                        lost[ordinal] = (self.ledger.explained(name, r, ordinal, obs.t0)
-                                         or self.on_unready_node(by_ordinal.get((r, ordinal), [])))
-                        self.stats["Ready replicas lost, explained by a departure" if lost[ordinal]
+                        continue
+                    if ordinal in lost and ready_between_polls(pods, size, lost[ordinal][1]):
+                        del lost[ordinal]  # Ready again unseen, and lost again: a new loss, judged anew
+                        self.stats["Ready windows shorter than a tick, read from the Pods"] += 1
+                    if key in self._was_ready and ordinal not in lost:
+                        explained = self.ledger.explained(name, r, ordinal, obs.t0) or self.on_unready_node(pods)
+                        lost[ordinal] = (explained, obs.wall0)
+                        self.stats["Ready replicas lost, explained by a departure" if explained
                                    else "Ready replicas lost to a turnover"] += 1
-                unexplained = sorted(o for o, why in lost.items() if not why)
+                unexplained = sorted(o for o, (why, _) in lost.items() if not why)
                 self.stats["most Ready replicas of a role lost to turnovers at once"] = max(
                     self.stats["most Ready replicas of a role lost to turnovers at once"], len(unexplained))
                 if len(unexplained) > 1:
                     self.ledger.violation(
                         "turnover", f"{name}/{r}: {len(unexplained)} Ready replicas lost at once, no departure "
                         f"explains them: ordinals {unexplained} (departures counted apart: "
-                        f"{sorted(o for o, why in lost.items() if why)})",
+                        f"{sorted(o for o, (why, _) in lost.items() if why)})",
                         [f"ModelDeployment/{name}"] + [p["metadata"]["name"] for o in unexplained
                                                        for p in by_ordinal.get((r, o), [])],
                         key=f"{md_uid}/{r}/{unexplained}")

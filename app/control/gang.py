@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app import vocab
+from app import timestamps, vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
 from app.control.intents import SetAdmissionCheck
@@ -70,25 +70,16 @@ def _reserved_since(workload: KubeObject) -> str | None:
     return cond.get("lastTransitionTime")
 
 
-def _parse(stamp: str | None) -> datetime | None:
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _time_of(stamp: str | None) -> datetime:
     """The time of a stamp known to parse (the callers filter with _parse): a sort key."""
-    when = _parse(stamp)
+    when = timestamps.parse(stamp)
     if when is None:
         raise ValueError(f"not a timestamp: {stamp!r}")
     return when
 
 
 def _seconds_between(start: str | None, end: str) -> float:
-    a, b = _parse(start), _parse(end)
+    a, b = timestamps.parse(start), timestamps.parse(end)
     if a is None or b is None:
         return 0.0
     return (b - a).total_seconds()
@@ -204,7 +195,7 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
         return "", ""
     waiting = [g for g in groups if not g.admitted]
     held_since = sorted((s for g in waiting if g.reserved and g.state != vocab.CHECK_STATE_RETRY
-                         for s in [_reserved_since(g.workload)] if s and _parse(s)), key=_time_of)
+                         for s in [_reserved_since(g.workload)] if s and timestamps.parse(s)), key=_time_of)
     if held_since:
         oldest = held_since[0]
         held = _seconds_between(oldest, now)
@@ -215,7 +206,7 @@ def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang:
                                f"blocked, and queues again in {int(release_after_seconds)}s")
     backing_off = sorted((g.check.get("lastTransitionTime") for g in waiting
                           if g.state == vocab.CHECK_STATE_RETRY and not g.reserved
-                          and _parse(g.check.get("lastTransitionTime"))),
+                          and timestamps.parse(g.check.get("lastTransitionTime"))),
                          key=_time_of)
     if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
         return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
@@ -238,10 +229,10 @@ def seconds_until_release(ctx: DeploymentContext, plans: list[RolePlan], *, now:
     for g in waiting:
         if g.reserved and g.state != vocab.CHECK_STATE_RETRY:
             since = _reserved_since(g.workload)
-            if since and _parse(since):
+            if since and timestamps.parse(since):
                 bound = release_bound(ctx.namespace, ctx.name, since, release_after_seconds)
                 ends.append(bound - _seconds_between(since, now))
-        elif g.state == vocab.CHECK_STATE_RETRY and not g.reserved and _parse(g.check.get("lastTransitionTime")):
+        elif g.state == vocab.CHECK_STATE_RETRY and not g.reserved and timestamps.parse(g.check.get("lastTransitionTime")):
             ends.append(release_after_seconds - _seconds_between(g.check.get("lastTransitionTime"), now))
     return max(min(ends), 0.0) if ends else None
 

@@ -9,12 +9,11 @@ are the freshest (the Grafana dashboard keeps only those; docs/operations.md).
 from __future__ import annotations
 
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from app import vocab
+from app import timestamps, vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
 from app.control.intents import Intent, SetAdmissionCheck
@@ -85,10 +84,6 @@ def _track(namespace: str, name: str) -> None:
             _remove(RENDER_FAILURES, stale_namespace, stale_name, reason)
 
 
-def _seconds(timestamp: str) -> float:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-
-
 def _key(parent: KubeObject) -> tuple[str, str]:
     meta = parent.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
@@ -118,12 +113,12 @@ def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], 
     up_to_date = obs.status_condition(status, vocab.COND_REPLICAS_UP_TO_DATE)
     ROLLOUT_IN_PROGRESS.labels(namespace, name).set(
         1 if up_to_date and up_to_date.get("reason") in ROLLOUT_REASONS else 0)
-    LAST_SYNC.labels(namespace, name).set(_seconds(now))
+    LAST_SYNC.labels(namespace, name).set(timestamps.epoch_seconds(now))
     before = obs.condition(parent, vocab.COND_QUOTA_RESERVED)
     after = obs.status_condition(status, vocab.COND_QUOTA_RESERVED)
     if before and after and before.get("status") != vocab.CONDITION_TRUE and after.get("status") == vocab.CONDITION_TRUE \
             and before.get("lastTransitionTime"):
-        ADMISSION_WAIT.labels(namespace, name).observe(max(0.0, _seconds(now) - _seconds(before["lastTransitionTime"])))
+        ADMISSION_WAIT.labels(namespace, name).observe(max(0.0, timestamps.epoch_seconds(now) - timestamps.epoch_seconds(before["lastTransitionTime"])))
     if any(isinstance(i, SetAdmissionCheck) and i.state == vocab.CHECK_STATE_RETRY and i.last_transition_time == now
            for i in intents):
         JOINT_RELEASES.labels(namespace, name).inc()

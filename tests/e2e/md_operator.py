@@ -26,6 +26,8 @@ import yaml
 
 import cluster as e2e_cluster
 
+from app import timestamps
+
 REPO = e2e_cluster.REPO_ROOT
 NAMESPACE = "team-a"
 
@@ -142,7 +144,7 @@ def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> 
         rows = []
         for lease in cp.kubectl_json("get", "leases", "-n", "kube-node-lease")["items"]:
             renewed = (lease.get("spec") or {}).get("renewTime")
-            age = f"{now - rfc3339_seconds(renewed):.0f} s ago" if renewed else "never"
+            age = f"{now - timestamps.epoch_seconds(renewed):.0f} s ago" if renewed else "never"
             rows.append(f"{lease['metadata']['name']} renewed {age}")
         return rows
 
@@ -150,13 +152,6 @@ def cluster_digest(cp: e2e_cluster.ControlPlane, namespace: str = NAMESPACE) -> 
                         ("cluster queues", queues), ("node leases", kubelets)):
         section(title, read)
     return "\n".join(lines)
-
-
-def rfc3339_seconds(stamp: str) -> float:
-    """An API timestamp (RFC 3339, UTC, with or without microseconds: a Lease's renewTime) as seconds since the epoch."""
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _overlay(work: Path, cp: e2e_cluster.ControlPlane, webhook_port: int, hooks_port: int) -> list[dict[str, Any]]:

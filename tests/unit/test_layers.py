@@ -12,7 +12,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 # Bottom first. A module belongs to the first entry naming it or a package above it; imports within
 # one layer are free, imports of a higher layer are not.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaf utilities", ("app.vocab", "app.quantity", "app.logs")),
+    ("leaf utilities", ("app.vocab", "app.quantity", "app.timestamps", "app.logs")),
     ("api", ("app.api",)),
     ("world", ("app.world",)),
     ("model", ("app.model",)),
