@@ -22,6 +22,7 @@ from app.admission import review
 from app.admission.model import Refusal
 from app.api.objects import KubeObject
 from app.api.scaler import SCALER_FROZEN_WHY, ModelDeploymentScaler
+from app.api.strict import field_path
 from app.api.v1 import ModelDeployment
 from app.control import scaler as scaling
 from app.control.bounds import REMEDY as POD_BOUND_REMEDY
@@ -154,7 +155,7 @@ def parse_refusals(obj: Any) -> tuple[ModelDeploymentScaler | None, list[Refusal
     except ValidationError as exc:
         refusals = []
         for error in exc.errors(include_url=False, include_input=False):
-            path = ".".join(str(p) for p in error.get("loc", ())) or "object"
+            path = field_path(tuple(error.get("loc", ())))
             refusals.append(Refusal(path, str(error.get("msg", "invalid")),
                                     "see `kubectl explain modeldeploymentscaler.spec` for the field's type and bounds"))
         return None, refusals

@@ -15,6 +15,7 @@ from app import vocab
 from app.admission import cmdline, frozen, kvcache, resources, roles, routing
 from app.admission.model import Notice, Refusal, Subject, Verdict
 from app.api.objects import KubeObject
+from app.api.strict import field_path
 from app.api.v1 import ModelDeployment
 from app.world import World
 
@@ -59,28 +60,14 @@ NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (
     roles.engine_version_notices,
 )
 
-# Union-branch tags pydantic appends to an error location; they are not field names.
-_BRANCH_TAGS = {"int", "str", "float", "bool", "list", "dict", "none", "literal"}
 SCHEMA_REMEDY = "send a value the schema accepts (kubectl explain modeldeployment.spec describes every field)"
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and (part in _BRANCH_TAGS or "[" in part or "-" in part):
-            continue
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "object"
 
 
 def schema_refusals(exc: ValidationError) -> list[Refusal]:
     """Pydantic's errors as refusals, one per path (the API server's schema check normally comes first)."""
     by_path: dict[str, list[str]] = {}
     for error in exc.errors(include_url=False):
-        path = _path(tuple(error.get("loc", ())))
+        path = field_path(tuple(error.get("loc", ())))
         message = str(error.get("msg", "invalid"))
         by_path.setdefault(path, [])
         if message not in by_path[path]:

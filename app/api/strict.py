@@ -41,18 +41,20 @@ class BadHookRequest(ValueError):
 
 def field_errors(exc: ValidationError) -> str:
     """The first errors as `path: message` (pydantic's own list echoes the input, which may be huge)."""
-    return "; ".join(f"{_loc(e.get('loc', ()))}: {e.get('msg')}"
+    return "; ".join(f"{field_path(tuple(e.get('loc', ())))}: {e.get('msg')}"
                      for e in exc.errors(include_url=False, include_input=False)[:3])
 
 
-# The union-branch tags pydantic appends to a location (`accelerator.int`): not field names.
+# The union-branch tags pydantic appends to a location (`accelerator.int`,
+# `function-after[...]`): not field names.
 _BRANCH_TAGS = {"int", "str", "float", "bool", "list", "dict", "none", "literal"}
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    """A pydantic error location as a field path: `spec.roles[0].replicas`."""
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as the field path users write: `spec.roles[0].replicas`
+    (`object` for the whole object). The one formatter of hooks, admission and the scaler's admission."""
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc
-                   if isinstance(p, int) or (p not in _BRANCH_TAGS and "[" not in str(p))).lstrip(".")
+                   if isinstance(p, int) or (p not in _BRANCH_TAGS and "[" not in str(p))).lstrip(".") or "object"
 
 
 def json_body(raw: bytes) -> Any:

@@ -31,9 +31,9 @@ Whenever a replica's Pods are given up, its Workload is deleted in the same pass
 what holds the quota and Kueue's finalizer on the Pods.
 
 Events: a replica that ran and goes away gets exactly one of ReplicaEvicted, ReplicaLeaving or
-ReplicaRestarted, on the pass that decides it (while its Workload stands or a Pod of it is not yet
-deleted), named after the replica and its Pods' UIDs (not after the reason) so that a repeated
-pass repeats the name whatever it reads.
+ReplicaRestarted, on the pass that decides it or first sees it (while its Workload stands or a Pod
+of it is still listed), named after the replica and its incarnation (not after the reason) so that
+a repeated pass repeats the name whatever it reads.
 """
 
 from __future__ import annotations
@@ -363,6 +363,11 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
         # not answer keeps them for as long as it is away) Kueue makes a new Workload for them at once.
         # Deleting that frees nothing and only starts the loop again, many times a second; the garbage
         # collector removes it with its Pods (docs/kueue.md#what-kueue-does-with-a-group).
+        if inst.ran:
+            # Whoever deleted the Workload (a user, a script) told nobody: this pass may be the first
+            # to see the departure. Named after the incarnation, so when a pass of ours decided it
+            # (a turnover, a departure) this is that pass's Event again and creates nothing.
+            p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
         return
     if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
         p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))

@@ -275,6 +275,42 @@ def test_kubectl_delete_pod_deletes_the_workload_and_rebuilds_once_the_pod_is_go
     sim.check_departure_events()
 
 
+def image_of(sim: Sim, name: str, role: str, ordinal: int) -> set[str]:
+    return {p["spec"]["containers"][0]["image"] for p in sim.replica_pods(name, role, ordinal) if not deleting(p)}
+
+
+def test_a_departure_of_the_replica_just_rolled_while_the_next_turns_over_is_rebuilt_and_the_rollout_ends() -> None:
+    """The CI short soak on a4f589e (bench/soak.md#bugs-found-on-the-way): ordinal 0 rolled and
+    Ready on the new image, the operator turned ordinal 1 over as the availability gate allows, and
+    in the same instant a Workload delete took ordinal 0. One turnover and one departure: ordinal 0
+    is rebuilt at once (a departure waits for no gate), ordinal 1's turnover goes on, and the
+    rollout ends with every replica on the new image."""
+    sim = Sim(capacity={A10G: 8})
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    set_image(sim, "qwen-chat", "example.com/vllm:v2")
+    for _ in range(40):
+        sim.step(1)
+        if sim._instance_ready("qwen-chat", "server", 0) and image_of(sim, "qwen-chat", "server", 0) == {"example.com/vllm:v2"}:
+            break
+    assert image_of(sim, "qwen-chat", "server", 1) != {"example.com/vllm:v2"}, "the rollout went past ordinal 1 unobserved"
+    restarted = len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED))
+
+    record = sim.sync("qwen-chat")
+    assert record is not None
+    assert [n.rsplit("-", 1)[0] for n in record.deleted] == ["qwen-chat-server-r1"]
+    sim.delete_workload(sim.group("qwen-chat", "server", 0), "a Workload delete, as the soak's departure")
+
+    sim.settle(rounds=80)
+    assert {p["spec"]["containers"][0]["image"] for p in live_pods(sim, "qwen-chat")} == {"example.com/vllm:v2"}
+    assert len(live_pods(sim, "qwen-chat")) == 2
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    # Ordinal 1's turnover and ordinal 0's departure, each told once: nobody else tells the user
+    # that the Workload delete took a serving replica.
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == restarted + 2
+    sim.check_departure_events()
+
+
 def test_kueue_preemption_records_replica_evicted_once() -> None:
     sim = Sim()
     sim.apply(chat(4))

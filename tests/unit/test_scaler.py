@@ -455,3 +455,13 @@ def test_the_autoscaling_examples_target_the_example_scaler_within_its_bounds():
     assert most <= vocab.MAX_ROLE_REPLICAS and keda["spec"]["minReplicaCount"] >= 1
     query = keda["spec"]["triggers"][0]["metadata"]["query"]
     assert query.startswith("sum(vllm:num_requests_waiting{")
+
+
+def test_a_schema_refusal_names_the_field_as_users_write_it():
+    """The scaler's admission formats pydantic's locations as the ModelDeployment's does
+    (`spec.roles[0].ratio`, not `spec.roles.0.ratio`)."""
+    obj = scaler_object(1)
+    obj["spec"]["roles"][0]["ratio"] = "many"
+    scaler_obj, refusals = rules.parse_refusals(obj)
+    assert scaler_obj is None
+    assert [r.path for r in refusals] == ["spec.roles[0].ratio"]

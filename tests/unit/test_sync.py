@@ -203,6 +203,11 @@ def test_a_departed_replica_kueue_let_go_keeps_the_workload_kueue_made_again():
     released = sync(parent("qwen-chat"), children=observed, extra_related=groups)
     assert [i for i in released.intents if type(i).__name__ == "DeleteWorkload"] == []
     assert observed[0]["metadata"]["name"] not in {p["metadata"]["name"] for p in pods(released)}
+    # The departure's Event, under the name the held pass used: whoever deleted the Workload (a
+    # user) told nobody, and a pass of ours that did tell creates nothing new.
+    told = [i.name for i in held.intents if getattr(i, "reason", None) == vocab.EVENT_REPLICA_RESTARTED]
+    assert [i.name for i in released.intents if getattr(i, "reason", None) == vocab.EVENT_REPLICA_RESTARTED] == told
+    assert len(told) == 1
 
 
 def test_status_is_deterministic_and_carries_transition_times():
