@@ -125,6 +125,9 @@ ANNOTATION_SGLANG_BOOTSTRAP_PORT = "sglang.ai/bootstrap-port"
 ANNOTATION_LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 
 KUEUE_SCHEDULING_GATE = "kueue.x-k8s.io/admission"
+# Kueue's topology-aware scheduling holds an admitted Pod with this gate until its TopologyUngater
+# has written the Pod's placement (node selector) and removed it.
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 
 # --- Environment variables rendered into engine containers ------------------------------------
 
@@ -301,6 +304,10 @@ EVENT_TYPE_WARNING = "Warning"
 EVENT_SOURCE_COMPONENT = "gpustack-model-deployment"
 # A stored object carried a user value for a tenant-bearing key; the operator's value was rendered.
 EVENT_TENANT_KEY_IGNORED = "TenantKeyIgnored"
+# Kueue admitted a replica and has not released its Pods' topology gate long after
+# (docs/kueue.md#an-admitted-replica-kueue-never-places); named after the Workload's UID.
+EVENT_REPLICA_UNGATE_STALLED = "ReplicaUngateStalled"
+EVENT_NAME_UNGATE_STALL = "ungate-stall"
 # Departure events are named after the occurrence, not the reason: whichever pass names it first
 # (ReplicaEvicted, ReplicaLeaving or ReplicaRestarted), a later pass that reads the same departure
 # differently (the Workload already gone, the role scaled down meanwhile) repeats the same name,

@@ -49,6 +49,7 @@ import cluster as e2e_cluster  # noqa: E402  (tests/e2e/cluster.py)
 import md_operator  # noqa: E402  (tests/e2e/md_operator.py)
 
 from app import timestamps, vocab  # noqa: E402
+from app.control import stalls  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from bench import soak_world as sw  # noqa: E402
 from bench.soak_ledger import Action, Ledger  # noqa: E402
@@ -176,6 +177,8 @@ class Soak:
         self.convergence: dict[str, list[float]] = defaultdict(list)
         self.chaos_convergence: list[float] = []
         self.unconverged: list[dict[str, Any]] = []
+        # The operator's reported Kueue stalls and the restart its message names (follow_the_way_out).
+        self.remedies: list[dict[str, Any]] = []
         self.apiserver_totals: dict[str, float] = defaultdict(float)
         self.apiserver_by_resource: dict[str, float] = defaultdict(float)
         self.webhook_calls: dict[str, float] = defaultdict(float)
@@ -340,17 +343,35 @@ class Soak:
 
     def wait_converged(self, since: float, bound: float) -> tuple[float, str]:
         """Seconds from `since` until one observation (read after `since`) shows everything
-        converged; or (bound, why) when the bound passes first."""
+        converged; or (bound, why) when the bound passes first. A deployment whose status names a
+        replica Kueue admitted and never placed gets the way out that status names, once per wait,
+        as its platform team would (a Kueue restart), and the bound starts again from there."""
         deadline = since + bound
         why = "no observation"
+        remedied = False
         while self.ledger.now() < deadline:
             self.check_components()
             o = self.wait_fresh(since)
             why = self.watcher.all_converged(o, self.present, self.absent)
             if not why:
                 return max(0.0, o.t1 - since), ""
+            reported = {name: (md.get("status") or {}).get("phaseMessage", "") for name, md in o.mds.items()
+                        if stalls.WAY_OUT in ((md.get("status") or {}).get("phaseMessage") or "")}
+            if reported and not remedied:
+                self.follow_the_way_out(reported)
+                remedied = True
+                deadline = self.ledger.now() + bound
             time.sleep(0.2)
         return bound, why
+
+    def follow_the_way_out(self, reported: dict[str, str]) -> None:
+        """The operator named a Kueue stall it cannot release (docs/kueue.md#an-admitted-replica-kueue-never-places):
+        restart Kueue as its message says, and record it apart from the faults."""
+        log(f"the operator reports a Kueue ungate stall ({', '.join(sorted(reported))}); restarting Kueue as it says")
+        began = self.ledger.now()
+        self.restart("kueue-restart", "kueue", self.probe_ready("kueue_probe"), category="remedy")
+        self.remedies.append({"time": round(began, 1), "episode": self.episodes, "deployments": sorted(reported),
+                              "message": next(iter(reported.values()))})
 
     def record_convergence(self, kind: str, t: float, why: str, began: float) -> None:
         if why:
@@ -890,8 +911,8 @@ class Soak:
             self.ledger.up("operator")
         return self.ledger.finish(action, "ok")
 
-    def restart(self, kind: str, component: str, ready: Callable[[], None]) -> Action:
-        action = self.ledger.begin("platform", kind, component)
+    def restart(self, kind: str, component: str, ready: Callable[[], None], category: str = "platform") -> Action:
+        action = self.ledger.begin(category, kind, component)
         if component == "kube-apiserver":
             self.scrape_apiserver()
         self.ledger.down(component)
@@ -1048,7 +1069,7 @@ def summarize(soak: Soak, seed: int, duration: float, size: int, command: str, s
               wall_seconds: float) -> dict[str, Any]:
     ledger = soak.ledger.as_json()
     actions = soak.ledger.actions
-    by_kind: dict[str, Counter[str]] = {c: Counter() for c in ("op", "departure", "platform")}
+    by_kind: dict[str, Counter[str]] = {c: Counter() for c in ("op", "departure", "platform", "remedy")}
     results: dict[str, Counter[str]] = defaultdict(Counter)
     for a in actions:
         by_kind[a.category][a.kind] += 1
@@ -1072,6 +1093,7 @@ def summarize(soak: Soak, seed: int, duration: float, size: int, command: str, s
                                 | (set(PLATFORM) - set(by_kind["platform"]))),
         "violations": ledger["violations"],
         "unconverged": soak.unconverged,
+        "remedies": soak.remedies,
         "convergence_after_fault": convergence,
         "convergence_after_chaos": {"n": len(chaos), "p50": quantile(chaos, 0.5), "p99": quantile(chaos, 0.99),
                                     "max": max(chaos) if chaos else None},

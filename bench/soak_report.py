@@ -29,6 +29,10 @@ def results(s: dict[str, Any]) -> str:
         f"kinds never drawn: {', '.join(s['kinds_missing']) or 'none'}.",
         f"- **Violations: {len(s['violations'])}**; deployments not converged within the "
         f"{s['bound_seconds']:.0f} s bound: {len(s['unconverged'])}.",
+        f"- Kueue stalls the operator reported (a replica admitted and never placed) and the soak remedied as "
+        f"the message says, by restarting Kueue: {len(s.get('remedies', []))}"
+        + "".join(f"; {r['time']} s, episode {r['episode']}: {', '.join(r['deployments'])}" for r in s.get("remedies", []))
+        + ".",
         f"- Operator peak RSS **{s['operator_rss_mib']['peak']} MiB** (bound {s['operator_rss_mib']['limit']:.0f} MiB).",
         f"- Deployments: {', '.join(f'{n} ({k})' for n, k in s['deployments'].items())}; scaler operations "
         f"{'on' if s['scalers'] else 'off (ModelDeploymentScaler not installed)'}.",

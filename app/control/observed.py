@@ -101,6 +101,12 @@ def pod_gated(pod: KubeObject) -> bool:
     return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in gates)
 
 
+def pod_topology_gated(pod: KubeObject) -> bool:
+    """Still held by Kueue's topology gate: admitted, but not yet placed by Kueue's TopologyUngater."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_TOPOLOGY_GATE for g in gates)
+
+
 def placement_hosts(workload: KubeObject | None) -> set[str] | None:
     """The hosts Kueue's topology-aware placement names for the Workload's Pods, when it spells
     each one out (None: no topology assignment, or one compressed past what is read here)."""

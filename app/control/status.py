@@ -282,9 +282,11 @@ def conditions(ctx: DeploymentContext, renders: list[RoleRender], plans: list[Ro
 
 
 def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
-                 children: ObservedGroups, *, finalizing: bool, now: str) -> KubeObject:
+                 children: ObservedGroups, *, finalizing: bool, now: str, stall_note: str = "") -> KubeObject:
     """The status from this pass's renders and plans and the observed children (the router's
-    Deployment). A finalizing pass renders no router, so it reports none."""
+    Deployment). A finalizing pass renders no router, so it reports none. `stall_note` (a replica
+    Kueue admitted and never placed, app/control/stalls.py) is added to the phase message of a
+    deployment that is not Ready."""
     router = None if finalizing else ctx.md.spec.router
     observed_router = router_observed_ready(ctx, children) if router is not None else None
     ready_routers = None if router is None else observed_router or 0
@@ -297,6 +299,8 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
         all_ready = all_ready and ready_routers >= 1
     ready_by_role = {r["name"]: r["ready"] for r in role_statuses}
     phase, phase_message = _phase(ctx.md, finalizing, all_ready, ready_by_role)
+    if stall_note and phase != vocab.PHASE_READY:
+        phase_message = f"{phase_message}; {stall_note}"
     values = conditions(ctx, renders, plans, router=router, observed_router=observed_router,
                         total_ready=sum(r["ready"] for r in role_statuses), ready_by_kind=ready_by_kind)
     previous = (ctx.md.status or {}).get("conditions") or []

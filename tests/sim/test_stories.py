@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app import vocab
+from app.control import stalls
 from tests.sim.world import Sim, admitted, deleting, example, fingerprint, gated, reserved
 
 A10G = "gpustack-nvidia-a10g-linux-amd64"
@@ -309,6 +310,32 @@ def test_a_departure_of_the_replica_just_rolled_while_the_next_turns_over_is_reb
     # that the Workload delete took a serving replica.
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == restarted + 2
     sim.check_departure_events()
+
+
+def test_a_replica_kueue_admits_and_never_places_is_named_and_runs_once_kueue_restarts() -> None:
+    """The 21-minute soak on e266466 (bench/soak.md#bugs-found-on-the-way): Kueue's topology
+    ungater stalled on one Workload name, so ordinal 0's every new incarnation was admitted and
+    stayed behind the topology gate. The operator cannot release it; it names the replica, its
+    Workload and the way out, once, and the replica runs when Kueue is restarted."""
+    sim = Sim(capacity={A10G: 8})
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    group = sim.group("qwen-chat", "server", 0)
+    sim.ungate_stalled.add(group)
+    sim.kubectl_delete_pod(sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"])
+    for _ in range(30):  # two and a half minutes: settle() would stop once nothing moves
+        sim.step(5)
+    assert sim.workload_of("qwen-chat", "server", 0) is not None and admitted(sim.workload_of("qwen-chat", "server", 0))
+    status = sim.status("qwen-chat")
+    assert status["phase"] == vocab.PHASE_DEGRADED
+    assert group in status["phaseMessage"] and stalls.WAY_OUT in status["phaseMessage"]
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_UNGATE_STALLED)) == 1
+
+    sim.ungate_stalled.clear()  # kueue-controller-manager restarted: its ungater starts afresh
+    sim.settle()
+    status = sim.status("qwen-chat")
+    assert status["phase"] == vocab.PHASE_READY and "topology" not in status["phaseMessage"]
+    assert len(sim.events_by_reason(vocab.EVENT_REPLICA_UNGATE_STALLED)) == 1
 
 
 def test_kueue_preemption_records_replica_evicted_once() -> None:

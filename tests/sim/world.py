@@ -254,6 +254,9 @@ class Sim:
         # are not Ready again yet: the availability invariant allows at most one per role.
         self.lost_ready: dict[tuple[str, str], set[int]] = defaultdict(set)
         self.lagging = False
+        # Workload names whose topology ungater is stalled (docs/kueue.md#an-admitted-replica-kueue-never-places):
+        # their admitted Pods keep Kueue's topology gate until a story lifts the stall (a Kueue restart).
+        self.ungate_stalled: set[str] = set()
         self.informer: dict[str, dict[str, Any]] = {}  # pod name -> the cached version
         self.listed_names: set[str] = set()  # every Pod name an answered hook request listed
         self.last_input: dict[str, bytes] = {}
@@ -489,7 +492,10 @@ class Sim:
                 self.fail(f"sync {name}: the same request gave a different answer")
             input_key = dumps([request.children, request.related, parent["spec"], parent["metadata"].get("generation"),
                                parent["metadata"].get("deletionTimestamp")])
-            if self.last_input.get(name) == input_key:
+            asked = self.last_pass.get(name)
+            # A pass that asked to come back (resyncAfterSeconds) may find time changed its answer.
+            came_due = asked is not None and asked[2] is not None and self.t >= asked[1] + asked[2]
+            if self.last_input.get(name) == input_key and not came_due:
                 previous = {k: v for k, v in (parent.get("status") or {}).items() if k != "observedGeneration"}
                 if dumps(previous) != dumps(result.status):
                     import difflib
@@ -1000,11 +1006,13 @@ class Sim:
                 wl["metadata"]["resourceVersion"] = self._next_rv()
         for pod in self.pods.values():
             group = labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
+            if group and admitted(self.workloads.get(group)) and not deleting(pod) and group not in self.ungate_stalled:
+                # The topology ungater places what a stall held (the real one does within a second).
+                self._remove_gate(pod, vocab.KUEUE_TOPOLOGY_GATE)
             if group and admitted(self.workloads.get(group)) and gated(pod) and not deleting(pod):
-                pod["spec"]["schedulingGates"] = [g for g in pod["spec"]["schedulingGates"]
-                                                  if g.get("name") != vocab.KUEUE_SCHEDULING_GATE]
-                if not pod["spec"]["schedulingGates"]:
-                    del pod["spec"]["schedulingGates"]
+                self._remove_gate(pod, vocab.KUEUE_SCHEDULING_GATE)
+                if group in self.ungate_stalled:
+                    pod["spec"]["schedulingGates"] = [{"name": vocab.KUEUE_TOPOLOGY_GATE}]
                 # Ungated: the replica runs (serves); its departure is worth an Event.
                 inc = self.incarnations.get(pod_ordinal(pod))
                 if inc is not None:
@@ -1047,6 +1055,14 @@ class Sim:
 
     # --- kubelet, nodes ------------------------------------------------------------------------
 
+    @staticmethod
+    def _remove_gate(pod: dict[str, Any], gate: str) -> None:
+        gates = [g for g in pod["spec"].get("schedulingGates") or [] if g.get("name") != gate]
+        if gates:
+            pod["spec"]["schedulingGates"] = gates
+        else:
+            pod["spec"].pop("schedulingGates", None)
+
     def kubelet(self) -> None:
         for name in sorted(self.pods):
             pod = self.pods.get(name)
@@ -1062,8 +1078,8 @@ class Sim:
                         self._set_pod_status(pod, "Failed", False)
                     self._maybe_remove(name)
                 continue
-            if gated(pod) or pod_phase(pod) in ("Failed", "Succeeded"):
-                continue
+            if pod["spec"].get("schedulingGates") or pod_phase(pod) in ("Failed", "Succeeded"):
+                continue  # any gate keeps a Pod off every node
             if node is None:
                 info = self.wl_info.get(labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, ""))
                 cq = info["cq"] if info else None
