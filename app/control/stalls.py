@@ -75,18 +75,6 @@ def ungate_stalls(ctx: DeploymentContext, plans: list[RolePlan],
     return [] if clock is None else [s for s, when in _waiting(ctx, plans, observed) if stalled(when, clock)]
 
 
-def seconds_until_stall(ctx: DeploymentContext, plans: list[RolePlan],
-                        observed: dict[str, dict[int, obs.ObservedInstance]], *, now: str) -> float | None:
-    """When the next waiting replica would be called stalled (None when none waits): the pass
-    asks to come back then, since no watched object changes when a stall begins."""
-    clock = timestamps.parse(now)
-    if clock is None:
-        return None
-    ends = [UNGATE_STALL_SECONDS - (clock - when).total_seconds()
-            for _, when in _waiting(ctx, plans, observed) if not stalled(when, clock)]
-    return min(ends) if ends else None
-
-
 def message(ctx: DeploymentContext, stall: UngateStall) -> str:
     replica = names.instance(ctx.name, stall.role, stall.ordinal)
     return (f"Kueue admitted replica {replica} (Workload {stall.workload}) at {stall.admitted_at} but has not "

@@ -193,29 +193,26 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     result_status = status.build_status(ctx, renders, plans, request.children, finalizing=finalizing, now=now,
                                         stall_note=stalls.phase_note(ctx, ungate_stalls))
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=None if finalizing else _resync_after(
-                            ctx, plans, settings, now, stalls.seconds_until_stall(ctx, plans, observed_pods, now=now)))
+                        resync_after=None if finalizing else _resync_after(ctx, plans, settings, now))
     if finalizing:
         result.finalized = teardown.finalized(ctx, plans, observed_pods)
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
 
 
-def _resync_after(ctx: DeploymentContext, plans: list[RolePlan], settings: SyncSettings, now: str,
-                  until_stall: float | None = None) -> float | None:
+def _resync_after(ctx: DeploymentContext, plans: list[RolePlan], settings: SyncSettings, now: str) -> float | None:
     """When to come back unasked (docs/metacontroller.md#responses): only while the pass waits on
     time. A held replica (its hold names no watched object) every RESYNC_WAITING_SECONDS; a joint
-    set's partial reservation or back-off when it ends, and an admitted replica Kueue has not placed
-    yet when it would be called stalled (`until_stall`, docs/kueue.md#an-admitted-replica-kueue-never-places);
-    at most that period, at least a second. A wait on Kueue (a reservation, an admission) or on a
-    Workload going needs none: the watched Workload's change brings the next pass, as it does for
-    any hook."""
+    set's partial reservation or back-off when it ends (at most that period, at least a second).
+    A wait on Kueue (a reservation, an admission) or on a Workload going needs none: the watched
+    Workload's change brings the next pass, as it does for any hook. Nor does a replica Kueue has
+    not placed yet: it is placed within a second, and a stall is named by the periodic resync
+    (docs/kueue.md#an-admitted-replica-kueue-never-places), not by a pass asked for every replica."""
     waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
-    release = gang.seconds_until_release(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds)
-    ends = [t for t in (release, until_stall) if t is not None]
-    if not ends:
+    until = gang.seconds_until_release(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds)
+    if until is None:
         return RESYNC_WAITING_SECONDS if waiting else None
-    return min(RESYNC_WAITING_SECONDS, max(1.0, min(ends)))
+    return min(RESYNC_WAITING_SECONDS, max(1.0, until))
 
 
 def customize(md: ModelDeployment) -> dict[str, Any]:

@@ -492,9 +492,11 @@ class Sim:
                 self.fail(f"sync {name}: the same request gave a different answer")
             input_key = dumps([request.children, request.related, parent["spec"], parent["metadata"].get("generation"),
                                parent["metadata"].get("deletionTimestamp")])
-            asked = self.last_pass.get(name)
-            # A pass that asked to come back (resyncAfterSeconds) may find time changed its answer.
-            came_due = asked is not None and asked[2] is not None and self.t >= asked[1] + asked[2]
+            # A pass that time brought (its resyncAfterSeconds or the periodic resync came due) may
+            # find time changed its answer: a stall named after a minute (app/control/stalls.py).
+            last = self.last_pass.get(name)
+            came_due = last is not None and (self.t >= last[1] + RESYNC_PERIOD_SECONDS
+                                             or (last[2] is not None and self.t >= last[1] + last[2]))
             if self.last_input.get(name) == input_key and not came_due:
                 previous = {k: v for k, v in (parent.get("status") or {}).items() if k != "observedGeneration"}
                 if dumps(previous) != dumps(result.status):
