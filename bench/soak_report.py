@@ -75,7 +75,14 @@ def results(s: dict[str, Any]) -> str:
     lines += ["### Events (largest counts per reason and object at the end)", "",
               "| reason | object | count |", "| --- | --- | ---: |"]
     lines += [f"| {e['reason']} | {e['object']} | {e['count']} |" for e in s["events_top"]]
-    lines += ["", f"Dwells with our deployments converged and untouched (their Events must not grow): {s['events_dwells']}.", ""]
+    lines += ["", f"Dwells with our deployments converged and untouched (their Events must not grow): {s['events_dwells']}; "
+              f"Event growth in them that had occurred before the dwell (delivered late): "
+              f"{s.get('events_delivered_late', 0)}.", ""]
+    restarts = s.get("control_plane_restarts", [])
+    lines += [f"Kubernetes control-plane processes that exited on their own and were started again (as the kubelet "
+              f"restarts a static Pod): {len(restarts)}"
+              + "".join(f"; {r['time']} s {r['component']} (code {r['code']}: {r['last_error'][:160]})" for r in restarts)
+              + ".", ""]
     lines += ["### What the invariants judged", "",
               "| measure | count |", "| --- | ---: |"]
     lines += [f"| {k} | {v} |" for k, v in sorted(s.get("invariant_evidence", {}).items())]

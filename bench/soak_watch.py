@@ -124,6 +124,22 @@ def ready_between_polls(pods: list[dict[str, Any]], size: int, since: float) -> 
     return len(ready_at) >= size and (not deleted_at or max(ready_at) < min(deleted_at))
 
 
+def event_last_occurred(events: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    """Per (reason, kind, name), the latest occurrence the Events record: `series.lastObservedTime`,
+    `lastTimestamp` or `eventTime` (when the reporter saw it, not when the API server took it: an
+    Event recorded while the API server was down is posted once it is back)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for ev in events:
+        inv = ev.get("involvedObject") or {}
+        stamp = ((ev.get("series") or {}).get("lastObservedTime") or ev.get("lastTimestamp") or ev.get("eventTime"))
+        when = timestamps.parse(stamp)
+        if when is None:
+            continue
+        key = (ev.get("reason", ""), inv.get("kind", ""), inv.get("name", ""))
+        out[key] = max(out.get(key, 0.0), when.timestamp())
+    return out
+
+
 def pod_key(pod: dict[str, Any]) -> tuple[str, str, int, str] | None:
     lab = labels(pod)
     try:
@@ -201,6 +217,8 @@ class Watcher:
         self.rss_samples: list[tuple[float, float]] = []
         self._rss_pid: int | None = None
         self.event_totals: dict[tuple[str, str, str], int] = {}
+        # (reason, kind, name) -> the latest occurrence its Events record (epoch seconds)
+        self.event_last_occurred: dict[tuple[str, str, str], float] = {}
         self.events_at = float("-inf")  # soak seconds when the last Event list was read
         self._hooks_pid: int | None = None
         self.observations = 0
@@ -623,6 +641,7 @@ class Watcher:
     def check_events(self, obs: Observation) -> None:
         assert obs.events is not None
         self.event_totals = dict(self.event_counts(obs.events))
+        self.event_last_occurred = event_last_occurred(obs.events)
         self.events_at = obs.t0
         for (reason, kind, name), count in self.event_totals.items():
             if count > EVENTS_PER_OBJECT_LIMIT:

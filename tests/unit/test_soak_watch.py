@@ -93,3 +93,18 @@ def test_two_replicas_rolled_at_once_are_still_a_violation(watcher: Watcher) -> 
 ])
 def test_ready_between_polls(pods: list[dict[str, Any]], size: int, expected: bool) -> None:
     assert ready_between_polls(pods, size, WALL + 0.5) is expected
+
+
+def test_an_events_latest_occurrence_is_read_from_its_reporters_stamps() -> None:
+    from bench.soak_watch import event_last_occurred
+
+    md = {"kind": "ModelDeployment", "name": "chat-0"}
+    events = [
+        {"reason": "SyncError", "involvedObject": md, "lastTimestamp": stamp(WALL + 3)},
+        {"reason": "SyncError", "involvedObject": md, "lastTimestamp": stamp(WALL + 1)},
+        {"reason": "ReplicaRestarted", "involvedObject": md, "eventTime": "2027-01-15T08:00:00.123456Z",
+         "series": {"lastObservedTime": stamp(WALL + 9)}},
+        {"reason": "Undated", "involvedObject": md},
+    ]
+    assert event_last_occurred(events) == {("SyncError", "ModelDeployment", "chat-0"): WALL + 3,
+                                           ("ReplicaRestarted", "ModelDeployment", "chat-0"): WALL + 9}
