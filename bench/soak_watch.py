@@ -54,6 +54,9 @@ EVENTS_EVERY = 10
 METRICS_EVERY = 5  # probes between reads of the operator's metrics
 PROBE_SECONDS = 1.0
 LEFTOVER_GRACE_SECONDS = 45.0
+#: A Pod bound to a node that is gone waits for the pod garbage collector, which force-deletes such
+#: orphans only after a quarantine of its own (40 s, checked every 20 s), whoever owned them.
+ORPHANED_POD_GRACE_SECONDS = 120.0
 RSS_LIMIT_MIB = 512.0
 EVENTS_PER_OBJECT_LIMIT = 400
 #: Ordinals searched for Workloads beyond the declared ones (scale-down leftovers).
@@ -588,6 +591,15 @@ class Watcher:
                     found.append(f"{kind}/{obj['metadata']['name']}")
         return found
 
+    def on_missing_nodes(self, obs: Observation, left: list[str]) -> list[str]:
+        """The leftover Pods bound to a node the last Node list does not have (the pod garbage
+        collector's to remove: bench/soak.md#invariants)."""
+        if self._nodes is None:
+            return []
+        nodes = {n["metadata"]["name"] for n in self._nodes}
+        bound = {f"Pod/{p['metadata']['name']}": p["spec"].get("nodeName") for p in obs.pods}
+        return [o for o in left if bound.get(o) and bound[o] not in nodes]
+
     def check_deletions(self, obs: Observation) -> None:
         for name, (old_uid, gone_at) in list(self.deleted.items()):
             md = obs.mds.get(name)
@@ -602,9 +614,11 @@ class Watcher:
             if name in self.cleaned:
                 continue
             left = self.leftovers(obs, name, old_uid)
+            orphaned = set(self.on_missing_nodes(obs, left))
+            grace = ORPHANED_POD_GRACE_SECONDS if left and set(left) <= orphaned else LEFTOVER_GRACE_SECONDS
             if not left and obs.children is not None:
                 self.cleaned[name] = round(obs.t1 - gone_at, 2)
-            elif left and obs.t0 - gone_at > LEFTOVER_GRACE_SECONDS:
+            elif left and obs.t0 - gone_at > grace:
                 self.ledger.violation("leftover", f"{name} deleted {obs.t0 - gone_at:.0f}s ago, yet {len(left)} "
                                       f"object(s) of it are left: {left[:8]}", left, key=f"{old_uid}")
                 self.cleaned[name] = round(obs.t1 - gone_at, 2)

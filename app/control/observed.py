@@ -203,6 +203,11 @@ class ObservedInstance:
     def incarnation(self) -> int:
         return max((pod_incarnation(p) for p in self.pods), default=0)
 
+    def incarnations(self) -> set[int]:
+        """Every incarnation the listed Pods belong to (two while a view lists a departed
+        incarnation's Pod beside its replacement's)."""
+        return {pod_incarnation(p) for p in self.pods}
+
     def fingerprints(self) -> set[str | None]:
         return {pod_fingerprint(p) for p in self.pods}
 

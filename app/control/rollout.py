@@ -363,10 +363,12 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
         # not answer keeps them for as long as it is away) Kueue makes a new Workload for them at once.
         # Deleting that frees nothing and only starts the loop again, many times a second; the garbage
         # collector removes it with its Pods (docs/kueue.md#what-kueue-does-with-a-group).
-        if inst.ran:
+        if inst.ran and len(inst.incarnations()) == 1:
             # Whoever deleted the Workload (a user, a script) told nobody: this pass may be the first
             # to see the departure. Named after the incarnation, so when a pass of ours decided it
-            # (a turnover, a departure) this is that pass's Event again and creates nothing.
+            # (a turnover, a departure) this is that pass's Event again and creates nothing. Pods of
+            # two incarnations mean a pass of ours created the newer one: it decided the older's
+            # departure, and told it.
             p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
         return
     if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):

@@ -50,6 +50,7 @@ import yaml
 from app import vocab
 from app.api.hooks import HookRequest, hook_request
 from app.api.v1 import ModelDeployment
+from app.control import observed as obs
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
 from app.control.sync import Refusal, SyncResult, SyncSettings, customize, reconcile
 from app.model.context import build_context
@@ -188,6 +189,9 @@ class Incarnation:
     ordinal: int
     fingerprint: str | None
     pod_uids: set[str] = field(default_factory=set)
+    # The operator's incarnation number on its Pods: a Pod of another number starts another life
+    # even while this one's last Pod terminates.
+    number: int = 0
     ran: bool = False  # Kueue let a Pod of it run (ungated it): it served
     events: list[str] = field(default_factory=list)  # departure events recorded for it
     gone: bool = False
@@ -690,8 +694,13 @@ class Sim:
         self.pods[name] = pod
         key = (deployment, role, ordinal)
         inc = self.incarnations.get(key)
-        if inc is None or inc.gone:
-            inc = Incarnation(len(self.all_incarnations), deployment, role, ordinal, fingerprint(desired))
+        number = obs.pod_incarnation(pod)
+        # A Pod created into a life whose departure was already told starts another life: a lagging
+        # view that still lists a departed member lets the planner complete the group again (its
+        # `incomplete` rule), and that group's own departure is told again.
+        if inc is None or inc.gone or inc.number != number or inc.events:
+            inc = Incarnation(len(self.all_incarnations), deployment, role, ordinal, fingerprint(desired),
+                              number=number)
             self.incarnations[key] = inc
             self.all_incarnations.append(inc)
         inc.pod_uids.add(m["uid"])

@@ -108,3 +108,13 @@ def test_an_events_latest_occurrence_is_read_from_its_reporters_stamps() -> None
     ]
     assert event_last_occurred(events) == {("SyncError", "ModelDeployment", "chat-0"): WALL + 3,
                                            ("ReplicaRestarted", "ModelDeployment", "chat-0"): WALL + 9}
+
+
+def test_a_leftover_pod_on_a_node_that_is_gone_waits_for_the_pod_garbage_collector(watcher: Watcher) -> None:
+    orphan = pod(0, "r0", ready_at=WALL)
+    orphan["spec"] = {"nodeName": "a10g-0"}
+    other = pod(1, "r1", ready_at=WALL)
+    other["spec"] = {"nodeName": "a10g-1"}
+    watcher._nodes = [{"metadata": {"name": "a10g-1"}}]
+    obs = Observation(0, 0.0, 0.0, {}, [orphan, other], {}, [])
+    assert watcher.on_missing_nodes(obs, ["Pod/r0", "Pod/r1", "Workload/x"]) == ["Pod/r0"]
