@@ -556,7 +556,11 @@ class Sim:
                 self.delete_workload(labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, ""), "owner gone")
                 self.force_remove_pod(pod["metadata"]["name"])
         groups = self._groups_of(name)
-        left = [g for g in groups if g in self.workloads and g not in collected]
+        uids = {p["metadata"]["uid"] for p in self.pods.values()}
+        # A Workload Kueue composed again for Pods that are gone since is the garbage collector's
+        # (its owners are gone: see garbage_collect), whether or not any view listed it.
+        orphaned = {g for g in groups if g in self.workloads and self._owners_gone(self.workloads[g], uids)}
+        left = [g for g in groups if g in self.workloads and g not in collected and g not in orphaned]
         if left:
             self.fail(f"finalize {name}: answered finalized while Workloads remain: {left}")
         for key in [k for k, o in self.other_children.items() if o["metadata"].get("ownerUid") == uid]:
@@ -862,13 +866,18 @@ class Sim:
             return False
         return pod_phase(pod) != "Failed"
 
+    @staticmethod
+    def _owners_gone(wl: dict[str, Any], uids: set[str]) -> bool:
+        """Every owner Pod of the Workload is gone (it has owners at all)."""
+        owners = [o["uid"] for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"]
+        return bool(owners) and not any(uid in uids for uid in owners)
+
     def garbage_collect(self) -> None:
         """The garbage collector: a Workload whose owner Pods are all gone goes with them (Kueue's
         composed Workloads are owned by their Pods). Nothing else of the group is touched."""
         uids = {p["metadata"]["uid"] for p in self.pods.values()}
         for name, wl in sorted(self.workloads.items()):
-            owners = [o["uid"] for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"]
-            if owners and not deleting(wl) and not any(uid in uids for uid in owners):
+            if not deleting(wl) and self._owners_gone(wl, uids):
                 del self.workloads[name]
                 self.wl_info.pop(name, None)
                 self.note(f"garbage collector: Workload {name} deleted (its Pods are gone)")
