@@ -211,7 +211,7 @@ class Soak:
                                webhook_url=f"https://127.0.0.1:{op.webhook_port}", webhook_verify=str(cp.ca_cert_path),
                                operator_pid=lambda: cp.components["operator"].pid if cp.components["operator"].alive() else None,
                                hooks_url=f"http://127.0.0.1:{op.hooks_port}", scalers=scalers,
-                               nodes=set(self.node_manifests))
+                               nodes=set(self.node_manifests), pod_watch_client=cp.http_client())
 
     # --- small API helpers -------------------------------------------------------------------------
 
@@ -1143,7 +1143,9 @@ def summarize(soak: Soak, seed: int, duration: float, size: int, command: str, s
         "invariant_evidence": dict(w.stats),
         "observations": {"count": w.observations, "failed_reads": w.read_failures,
                          "api_server_slow_or_failing_spans": len(w.sluggish),
-                         "tick_p50_seconds": quantile(ticks, 0.5), "tick_p99_seconds": quantile(ticks, 0.99)},
+                         "tick_p50_seconds": quantile(ticks, 0.5), "tick_p99_seconds": quantile(ticks, 0.99),
+                         "pod_watch_events": w.ready_log.events,
+                         "pod_watch_broken": w.pod_watch_failures()},
         "loadavg": os.getloadavg(),
         "outages": ledger["outages"],
         "actions": ledger["actions"],

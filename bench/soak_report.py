@@ -39,6 +39,9 @@ def results(s: dict[str, Any]) -> str:
         f"- Observations: {s['observations']['count']} (tick p50 {s['observations']['tick_p50_seconds']} s, p99 "
         f"{s['observations']['tick_p99_seconds']} s), {s['observations']['failed_reads']} failed reads (API server "
         f"restarts); load average at the end {', '.join(f'{x:.1f}' for x in s['loadavg'])}.",
+        f"- Pod watch (every Ready window, for the turnover invariant): "
+        f"{s['observations'].get('pod_watch_events', 0)} changes seen, "
+        f"{s['observations'].get('pod_watch_broken', 0)} times broken and listed again (API server restarts).",
         "",
         "### Operations and faults by kind",
         "",

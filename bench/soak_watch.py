@@ -45,6 +45,7 @@ from app.render.errors import RenderError
 from app.render.pod import render_role
 from app.world import World
 from bench.soak_ledger import Ledger
+from bench.soak_readylog import PodWatch, ReadyLog
 from bench.soak_world import NAMESPACE, PREEMPTOR_LABEL, Shape
 
 TICK_SECONDS = 0.5
@@ -107,26 +108,6 @@ def pod_ready(pod: dict[str, Any]) -> bool:
             and cond_true(pod, "Ready"))
 
 
-def ready_between_polls(pods: list[dict[str, Any]], size: int, since: float) -> bool:
-    """Whether a replica's Pods show it was Ready again after `since` (epoch seconds) though no
-    observation saw it so: `size` of them turned Ready after that second and none of those was
-    deleted before the last of them did. A replica rebuilt, Ready and then taken by a departure
-    within one tick would otherwise read as one loss spanning both, and the departure's loss would
-    be blamed on the turnover before it (bench/soak.md#bugs-found-on-the-way). API timestamps are whole seconds,
-    so the comparisons are strict: a window they cannot resolve counts as not Ready."""
-    ready_at: list[float] = []
-    deleted_at: list[float] = []
-    for pod in pods:
-        stamp = next((c.get("lastTransitionTime") for c in (pod.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
-        if not stamp or timestamps.epoch_seconds(stamp) <= since:
-            continue
-        ready_at.append(timestamps.epoch_seconds(stamp))
-        if deleting(pod):
-            deleted_at.append(timestamps.epoch_seconds(pod["metadata"]["deletionTimestamp"]))
-    return len(ready_at) >= size and (not deleted_at or max(ready_at) < min(deleted_at))
-
-
 def event_last_occurred(events: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
     """Per (reason, kind, name), the latest occurrence the Events record: `series.lastObservedTime`,
     `lastTimestamp` or `eventTime` (when the reporter saw it, not when the API server took it: an
@@ -152,6 +133,13 @@ def pod_key(pod: dict[str, Any]) -> tuple[str, str, int, str] | None:
         return None
 
 
+def replica_key(pod: dict[str, Any]) -> tuple[str, str, int] | None:
+    """(owning deployment's UID, role, ordinal) of one of our Pods."""
+    key = pod_key(pod)
+    owners = sorted(owner_uids(pod))
+    return (owners[0], key[1], key[2]) if key is not None and owners else None
+
+
 def node_ready(node: dict[str, Any]) -> bool:
     return cond_true(node, "Ready") and not node["metadata"].get("deletionTimestamp")
 
@@ -169,7 +157,6 @@ class Observation:
     children: dict[str, list[dict[str, Any]]] | None = None
     nodes: list[dict[str, Any]] | None = None
     events: list[dict[str, Any]] | None = None
-    wall0: float = 0.0  # epoch seconds when the reads began (to compare with API timestamps)
     # derived
     pods_of: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by owner deployment UID
     converged: dict[str, str] = field(default_factory=dict)  # name -> "" when converged, else why not
@@ -180,7 +167,8 @@ class Watcher:
 
     def __init__(self, api: httpx.Client, ledger: Ledger, shapes: list[Shape], *, render_options: RenderOptions,
                  webhook_url: str, webhook_verify: str, operator_pid: Callable[[], int | None],
-                 hooks_url: str, scalers: bool, nodes: set[str] | None = None) -> None:
+                 hooks_url: str, scalers: bool, nodes: set[str] | None = None,
+                 pod_watch_client: httpx.Client | None = None) -> None:
         self.api = api
         self.ledger = ledger
         self.shapes = {s.name: s for s in shapes}
@@ -203,9 +191,14 @@ class Watcher:
         self._children: dict[str, list[dict[str, Any]]] | None = None
         self._nodes: list[dict[str, Any]] | None = None
         # turnover state: (md uid, role, ordinal) seen Ready; lost ordinals per (md uid, role) ->
-        # (explained by a departure, epoch seconds when first seen lost)
+        # (explained by a departure, soak seconds when first seen lost)
         self._was_ready: set[tuple[str, str, int]] = set()
         self._lost: dict[tuple[str, str], dict[int, tuple[bool, float]]] = defaultdict(dict)
+        # (soak seconds when first seen lost). Every Ready window of every Pod, from a watch: a
+        # replica Ready only between two observations still ends its loss (bench/soak_readylog.py).
+        self.ready_log = ReadyLog(replica_key, lambda pod: (pod_key(pod) or ("", "", 0, "0"))[3], pod_ready)
+        self._pod_watch = (PodWatch(pod_watch_client, NAMESPACE, self.ready_log, ledger.now)
+                           if pod_watch_client is not None else None)
         # untouched state: name -> (md uid, established at, {kind: uids})
         self._baseline: dict[str, tuple[str, float, dict[str, frozenset[str]]]] = {}
         # deletions: name -> (old uid, seen gone at)
@@ -230,9 +223,14 @@ class Watcher:
         self.tick_seconds: list[float] = []
         self.on_observation: list[Callable[[Observation], None]] = []
 
+    def pod_watch_failures(self) -> int:
+        return self._pod_watch.failures if self._pod_watch is not None else 0
+
     # --- thread -------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._pod_watch is not None:
+            self._pod_watch.start()
         self._thread.start()
         self._prober.start()
 
@@ -240,6 +238,8 @@ class Watcher:
         self._stop.set()
         self._thread.join(30)
         self._prober.join(30)
+        if self._pod_watch is not None:
+            self._pod_watch.stop()
 
     def _probe(self) -> None:
         """The webhooks probed every second and the hooks' metrics read every few seconds, in their
@@ -291,7 +291,7 @@ class Watcher:
 
     def observe(self) -> Observation:
         self.tick += 1
-        t0, wall0 = self.ledger.now(), time.time()
+        t0 = self.ledger.now()
         pods = self._list("/api/v1/namespaces/{ns}/pods")
         workloads = {w["metadata"]["name"]: w for w in self._list("/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads")}
         mds = {m["metadata"]["name"]: m for m in self._list("/apis/worker.gpustack.ai/v1/namespaces/{ns}/modeldeployments")}
@@ -314,8 +314,7 @@ class Watcher:
             self._children, self._nodes = children, nodes
         if self.tick % EVENTS_EVERY == 0:
             events = self._list("/api/v1/namespaces/{ns}/events")
-        obs = Observation(self.tick, t0, self.ledger.now(), mds, pods, workloads, world, scalers, children, nodes, events,
-                          wall0)
+        obs = Observation(self.tick, t0, self.ledger.now(), mds, pods, workloads, world, scalers, children, nodes, events)
         for pod in pods:
             for owner in owner_uids(pod):
                 obs.pods_of.setdefault(owner, []).append(pod)
@@ -480,12 +479,12 @@ class Watcher:
                         self._was_ready.add(key)
                         lost.pop(ordinal, None)
                         continue
-                    if ordinal in lost and ready_between_polls(pods, size, lost[ordinal][1]):
-                        del lost[ordinal]  # Ready again unseen, and lost again: a new loss, judged anew
-                        self.stats["Ready windows shorter than a tick, read from the Pods"] += 1
+                    if ordinal in lost and self.ready_log.ready_after(key, size, lost[ordinal][1]):
+                        del lost[ordinal]  # Ready again between two observations, and lost again: judged anew
+                        self.stats["Ready windows shorter than a tick, seen by the Pod watch"] += 1
                     if key in self._was_ready and ordinal not in lost:
                         explained = self.ledger.explained(name, r, ordinal, obs.t0) or self.on_unready_node(pods)
-                        lost[ordinal] = (explained, obs.wall0)
+                        lost[ordinal] = (explained, obs.t0)
                         self.stats["Ready replicas lost, explained by a departure" if explained
                                    else "Ready replicas lost to a turnover"] += 1
                 unexplained = sorted(o for o, (why, _) in lost.items() if not why)
@@ -495,7 +494,10 @@ class Watcher:
                     self.ledger.violation(
                         "turnover", f"{name}/{r}: {len(unexplained)} Ready replicas lost at once, no departure "
                         f"explains them: ordinals {unexplained} (departures counted apart: "
-                        f"{sorted(o for o, (why, _) in lost.items() if why)})",
+                        f"{sorted(o for o, (why, _) in lost.items() if why)}); "
+                        + "; ".join(f"ordinal {o} lost since {lost[o][1]:.2f}s, its Pods per the watch: "
+                                    f"{', '.join(self.ready_log.history((md_uid, r, o), lost[o][1] - 30)) or 'none'}"
+                                    for o in unexplained),
                         [f"ModelDeployment/{name}"] + [p["metadata"]["name"] for o in unexplained
                                                        for p in by_ordinal.get((r, o), [])],
                         key=f"{md_uid}/{r}/{unexplained}")
