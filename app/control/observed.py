@@ -95,16 +95,19 @@ def pod_stopped_by_eviction(pod: KubeObject) -> bool:
             and condition_reason(pod, vocab.KUEUE_POD_TERMINATION_TARGET).startswith(vocab.KUEUE_STOP_REASON_EVICTED))
 
 
+def _has_gate(pod: KubeObject, name: str) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == name for g in gates)
+
+
 def pod_gated(pod: KubeObject) -> bool:
     """Still held by Kueue's admission gate: the Pod has never been allowed to run."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_SCHEDULING_GATE for g in gates)
+    return _has_gate(pod, vocab.KUEUE_SCHEDULING_GATE)
 
 
 def pod_topology_gated(pod: KubeObject) -> bool:
     """Still held by Kueue's topology gate: admitted, but not yet placed by Kueue's TopologyUngater."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, dict) and g.get("name") == vocab.KUEUE_TOPOLOGY_GATE for g in gates)
+    return _has_gate(pod, vocab.KUEUE_TOPOLOGY_GATE)
 
 
 def placement_hosts(workload: KubeObject | None) -> set[str] | None:

@@ -46,10 +46,13 @@ def _waiting_on_the_ungater(pod: KubeObject) -> bool:
     return obs.pod_topology_gated(pod) and not obs.pod_gated(pod) and not obs.pod_terminating(pod)
 
 
-def _waiting(ctx: DeploymentContext, plans: list[RolePlan],
-             observed: dict[str, dict[int, obs.ObservedInstance]]) -> list[tuple[UngateStall, datetime]]:
-    """Every kept replica whose Workload is admitted and a live Pod of it waits on the ungater,
-    with the time of the admission."""
+def ungate_stalls(ctx: DeploymentContext, plans: list[RolePlan],
+                  observed: dict[str, dict[int, obs.ObservedInstance]], *, now: str) -> list[UngateStall]:
+    """Every kept replica whose Workload was admitted UNGATE_STALL_SECONDS ago or more while a live
+    Pod of it still waits on the ungater."""
+    clock = timestamps.parse(now)
+    if clock is None:
+        return []
     out = []
     for plan in plans:
         for entry in plan.ordinals:
@@ -61,18 +64,10 @@ def _waiting(ctx: DeploymentContext, plans: list[RolePlan],
             group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
             workload = ctx.world.workload(ctx.namespace, group)
             since = (obs.condition(workload, vocab.KUEUE_COND_ADMITTED) or {}).get("lastTransitionTime")
-            when = timestamps.parse(since)
-            if workload is None or when is None:
+            if workload is None or not stalled(timestamps.parse(since), clock):
                 continue
-            out.append((UngateStall(plan.role, entry.ordinal, group, obs.workload_uid(workload), str(since)), when))
+            out.append(UngateStall(plan.role, entry.ordinal, group, obs.workload_uid(workload), str(since)))
     return out
-
-
-def ungate_stalls(ctx: DeploymentContext, plans: list[RolePlan],
-                  observed: dict[str, dict[int, obs.ObservedInstance]], *, now: str) -> list[UngateStall]:
-    """The replicas that have waited on the ungater UNGATE_STALL_SECONDS since their admission."""
-    clock = timestamps.parse(now)
-    return [] if clock is None else [s for s, when in _waiting(ctx, plans, observed) if stalled(when, clock)]
 
 
 def message(ctx: DeploymentContext, stall: UngateStall) -> str:

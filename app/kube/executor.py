@@ -1,7 +1,7 @@
 """Carries out the planner's intents, idempotently. The one place with side effects.
 
 Without an API server (local runs, tests) every intent is logged and skipped, and the hooks
-still answer. A Workload delete that fails raises, so the hook answers 5xx and Metacontroller
+still answer. A Workload delete that fails raises, so a sync hook answers 5xx and Metacontroller
 retries the whole pass; Events and admission-check writes are retried on the next sync.
 
 Trust nothing in the request that asked for them (docs/metacontroller.md#trust): the hooks port answers anyone who can
@@ -15,6 +15,11 @@ its own pod groups (names hashed from its namespace, name, role and ordinal), ow
 when owned at all (checked on the request's copy when the intent carries one, else on a read),
 deleted with the copy's UID as a precondition, so a stale copy deletes nothing. An intent that is
 not is dropped and logged.
+
+A teardown that has not finished (a finalize pass answering `finalized: false`) is carried out
+after its answer (`run_after_answer`): that answer stands whatever the deletes do, the pass
+that comes next (a child or Workload going, or `resyncAfterSeconds`) decides again, and
+Metacontroller starts deleting the Pods meanwhile (docs/metacontroller.md#finalize).
 
 Writes the executor made and the next request cannot show yet (its copy lags the API server) are
 not repeated: a Workload UID it deleted, a check state it wrote against the same resourceVersion,
@@ -259,6 +264,39 @@ class Executor:
         self.deleted: Recent[str, bool] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
         self.checks: Recent[tuple[str, str], tuple[str, str, str]] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
         self.events: Recent[tuple[str, str], bool] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
+        # (namespace, name) -> the last pass's intents still being carried out after its answer.
+        self.after_answer: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def run_after_answer(self, parent: ParentRef, intents: Iterable[Intent],
+                         failed: Callable[[BaseException], None] = lambda exc: None) -> None:
+        """Carries the intents out after the pass has answered, once any still running for the same
+        parent are done (so two passes' deletes never race; the later one skips what the earlier
+        did). A failure is logged and handed to `failed`, never raised: the answer was given, and
+        the next pass plans the rest again."""
+        intents = list(intents)
+        if not intents:
+            return
+        key = (parent.namespace, parent.name)
+        before = self.after_answer.get(key)
+
+        async def carry_out() -> None:
+            if before is not None:
+                await asyncio.wait([before])
+            try:
+                await self.run(parent, intents)
+            except Exception as exc:  # noqa: BLE001 - logged and counted: the next pass decides again
+                failed(exc)
+                log.warning("%s/%s: a teardown carried out after its answer stopped: %s: %s (the next pass "
+                            "plans it again)", parent.namespace, parent.name, type(exc).__name__, exc)
+
+        task = asyncio.get_running_loop().create_task(carry_out())
+        self.after_answer[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self.after_answer.get(key) is done:
+                del self.after_answer[key]
+
+        task.add_done_callback(forget)
 
     async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> None:
         intents = list(intents)

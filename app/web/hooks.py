@@ -63,6 +63,7 @@ class _Pass:
     body: bytes = b""
     refusal: Refusal | None = None
     line: str = ""
+    teardown_unfinished: bool = False  # a finalize pass answering `finalized: false`
 
 
 def _parent_ref(parent: KubeObject, *, finalizing: bool) -> ParentRef:
@@ -88,7 +89,7 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> _Pass:
     metrics.observe_sync(request.parent, outcome.status, outcome.intents, outcome.finalized, now)
     line = (f"{hook} {parent.namespace}/{parent.name}: {len(outcome.children)} children, "
             f"{len(outcome.intents)} intents, phase {outcome.status.get('phase')}")
-    return _Pass(parent, outcome.intents, body, line=line)
+    return _Pass(parent, outcome.intents, body, line=line, teardown_unfinished=outcome.finalized is False)
 
 
 async def _reconcile(request: Request, hook: str) -> Response:
@@ -96,6 +97,12 @@ async def _reconcile(request: Request, hook: str) -> Response:
     raw = await request.body()
     with _gc_paused():
         done = _sync_pass(raw, hook, state.sync_settings)
+    if done.teardown_unfinished:
+        # Its answer stands whatever the deletes do: they run after it (docs/metacontroller.md#finalize).
+        state.executor.run_after_answer(done.parent, done.intents,
+                                        lambda exc: metrics.HOOK_ERRORS.labels(hook, "after_answer").inc())
+        log.info("%s", done.line)
+        return Response(done.body, media_type="application/json")
     await state.executor.run(done.parent, done.intents)
     if done.refusal is not None:
         metrics.HOOK_ERRORS.labels(hook, "render_failed").inc()

@@ -112,6 +112,43 @@ def test_an_api_server_gone_mid_pass_answers_503_not_an_internal_error(client, m
     assert 'modeldeployment_hook_errors_total{hook="sync",kind="api_unavailable"}' in metrics
 
 
+def test_an_unfinished_teardown_answers_first_and_its_deletes_follow(client, monkeypatch):
+    """docs/metacontroller.md#finalize: a finalize answering `finalized: false` stands whatever its
+    Workload deletes do, so it is given before them; a delete that then fails is counted, and the
+    next pass plans it again. A finished teardown still waits on its side effects."""
+    import httpx2
+
+    from app.render import names
+    from tests.helpers import pods, running, sync, workload
+
+    md = parent("qwen-chat")
+    md["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(sync(md)))]
+    group = names.pod_group("team-a", "qwen-chat", "server", 0)
+    standing = workload("team-a", group)
+    standing["metadata"]["uid"] = "wl-0"
+    carried: list[list[object]] = []
+
+    async def api_server_gone(parent_ref, intents):
+        carried.append(list(intents))
+        raise httpx2.ReadTimeout("timed out")
+
+    executor = client.app.state.service.executor
+    monkeypatch.setattr(executor, "run", api_server_gone)
+    response = client.post("/hooks/finalize", json=request(md, children=observed, extra_related=[standing],
+                                                          finalizing=True))
+    assert response.status_code == 200, response.text
+    assert response.json()["finalized"] is False and response.json()["children"] == []
+    client.get("/healthz")  # one more request on the service's loop: the deletes have run by now
+    assert {type(i).__name__ for i in carried[0]} == {"DeleteWorkload"}
+    assert "wl-0" in {getattr(i, "uid", None) for i in carried[0]}
+    assert 'modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"} 1.0' in client.get("/metrics").text
+
+    monkeypatch.undo()
+    finished = client.post("/hooks/finalize", json=request(md, finalizing=True))
+    assert finished.status_code == 200 and finished.json()["finalized"] is True
+
+
 def test_api_unavailable_is_the_api_servers_absence_only():
     import httpx2
     from lightkube.core.exceptions import ApiError

@@ -339,3 +339,28 @@ def test_the_mutating_webhooks_read_asks_for_instance_types_only():
     wanted = sorted({r["instanceType"] for r in md["spec"]["roles"]})
     assert sorted(paths) == [f"/apis/worker.gpustack.ai/v1/instancetypes/{name}" for name in wanted]
     run(kube.close())
+
+
+def test_a_teardown_after_its_answer_runs_after_the_last_one_of_its_parent_and_never_raises():
+    """docs/metacontroller.md#finalize: the deletes of two unfinished teardowns of one parent do not
+    race (the later skips what the earlier deleted), and a failure is handed on, not raised."""
+    finalizing = ParentRef("team-a", "qwen", "uid-1", finalizing=True)
+    failures: list[BaseException] = []
+
+    async def two_passes() -> None:
+        kube = FakeKube()
+        executor = Executor(kube)
+        executor.run_after_answer(finalizing, [copy_delete()], failures.append)
+        executor.run_after_answer(finalizing, [copy_delete(), copy_delete(uid="wl-2")], failures.append)
+        assert len(executor.after_answer) == 1
+        await asyncio.wait([executor.after_answer[("team-a", "qwen")]])
+        assert executor.after_answer == {}
+        assert [c[-1] for c in kube.calls if c[0] == "delete_workload"] == ["wl-uid", "wl-2"]
+
+        gone = FakeKube(parent_uid=None)
+        executor = Executor(gone)
+        executor.run_after_answer(finalizing, [copy_delete()], failures.append)
+        await asyncio.wait(list(executor.after_answer.values()))
+
+    run(two_passes())
+    assert [type(f).__name__ for f in failures] == ["ParentMismatch"]
