@@ -50,10 +50,12 @@ import md_operator  # noqa: E402  (tests/e2e/md_operator.py)
 
 from app import timestamps, vocab  # noqa: E402
 from app.control import stalls  # noqa: E402
+from app.control.observed import placement_hosts  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from bench import soak_world as sw  # noqa: E402
 from bench.soak_ledger import Action, Ledger  # noqa: E402
-from bench.soak_watch import Observation, Watcher, cond_true, deleting, owner_uids, pod_key, uid  # noqa: E402
+from bench.soak_watch import (EXTRA_ORDINALS, Observation, Watcher, cond_true, deleting, owner_uids,  # noqa: E402
+                              pod_key, uid)
 
 NS = sw.NAMESPACE
 MD_PATH = f"/apis/worker.gpustack.ai/v1/namespaces/{NS}/modeldeployments"
@@ -823,6 +825,29 @@ class Soak:
             if key and pod["spec"].get("nodeName") == node:
                 self.ledger.explain(action, key[0], key[1], key[2])
 
+    def replicas_on(self, node: str) -> set[tuple[str, str, int]]:
+        """Fresh reads: every (deployment, role, ordinal) with a Pod bound to the node or a Workload
+        Kueue places on it. The observation a node fault picked its node from is up to a tick old,
+        and a replica just admitted there (its Pod bound a moment later) is changed by the fault too:
+        Kueue re-places it (bench/soak.md#bugs-found-on-the-way)."""
+        out = {(k[0], k[1], k[2]) for p in self.pods_on(node) if (k := pod_key(p)) is not None}
+        mds = self.request("GET", MD_PATH, client=self.bg_api).json()["items"]
+        groups = {g: (md["metadata"]["name"], *where) for md in mds
+                  for g, where in self.watcher.group_names(md, EXTRA_ORDINALS).items()}
+        for workload in self.request("GET", WL_PATH, client=self.bg_api).json()["items"]:
+            replica = groups.get(workload["metadata"]["name"])
+            if replica is not None and node in (placement_hosts(workload) or set()):
+                out.add(replica)
+        return out
+
+    def cover_node(self, action: Action, node: str, names: set[str]) -> None:
+        """Widens a node fault under way to every replica the node holds now (fresh reads)."""
+        for deployment, role, ordinal in self.replicas_on(node):
+            if deployment not in names:
+                names.add(deployment)
+                self.ledger.widen(action, [deployment])
+            self.ledger.explain(action, deployment, role, ordinal)
+
     def fault_node_notready(self) -> Action:
         """kwok stops playing the node's kubelet (its label removed) and the node reports NotReady;
         after a while both come back."""
@@ -844,7 +869,9 @@ class Soak:
                              {"type": "Ready", "status": "False", "reason": "SoakNotReady",
                               "message": "the soak stopped this node's kubelet", "lastHeartbeatTime": now,
                               "lastTransitionTime": now}]}}))
+            self.cover_node(action, node, names)
             time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
+            self.cover_node(action, node, names)
         finally:
             deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
             while time.monotonic() < deadline:  # through an API server restart, if one is under way
@@ -875,7 +902,9 @@ class Soak:
         self.explain_node(action, node, names)
         try:
             self.request("DELETE", f"/api/v1/nodes/{node}", client=self.bg_api)
+            self.cover_node(action, node, names)
             time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
+            self.cover_node(action, node, names)
             deadline = time.monotonic() + NODE_GONE_TIMEOUT_SECONDS
             while not quick and time.monotonic() < deadline and self.pods_on(node):
                 time.sleep(2.0)

@@ -88,6 +88,14 @@ class Ledger:
                 self.touched[name] = action.start
             return action
 
+    def widen(self, action: Action, names: Iterable[str]) -> None:
+        """The action, still under way, turns out to change these deployments too."""
+        with self.lock:
+            for name in names:
+                if name not in action.touches:
+                    action.touches.append(name)
+                self.touched[name] = self.now()
+
     def touch(self, names: Iterable[str]) -> None:
         with self.lock:
             for name in names:

@@ -169,3 +169,16 @@ def test_a_leftover_pod_on_a_node_that_is_gone_waits_for_the_pod_garbage_collect
     watcher._nodes = [{"metadata": {"name": "a10g-1"}}]
     obs = Observation(0, 0.0, 0.0, {}, [orphan, other], {}, [])
     assert watcher.on_missing_nodes(obs, ["Pod/r0", "Pod/r1", "Workload/x"]) == ["Pod/r0"]
+
+
+def test_a_fault_under_way_widened_to_another_deployment_keeps_it_from_being_judged_untouched() -> None:
+    """bench/soak.md#bugs-found-on-the-way: a node fault picked its node from an observation in which
+    a just-admitted replica of another deployment was not bound there yet; read again, the fault
+    covers it too."""
+    ledger = Ledger()
+    action = ledger.begin("departure", "node-delete", "a10g-2", touch=["chat-1"])
+    assert not ledger.in_flight("wide-0")
+    ledger.widen(action, ["wide-0"])
+    assert ledger.in_flight("wide-0") and action.touches == ["chat-1", "wide-0"]
+    ledger.finish(action)
+    assert not ledger.in_flight("wide-0")
