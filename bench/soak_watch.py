@@ -194,8 +194,8 @@ class Watcher:
         # (explained by a departure, soak seconds when first seen lost)
         self._was_ready: set[tuple[str, str, int]] = set()
         self._lost: dict[tuple[str, str], dict[int, tuple[bool, float]]] = defaultdict(dict)
-        # (soak seconds when first seen lost). Every Ready window of every Pod, from a watch: a
-        # replica Ready only between two observations still ends its loss (bench/soak_readylog.py).
+        # Every Ready window of every Pod, from a watch: a replica Ready only between two
+        # observations still ends its loss (bench/soak_readylog.py).
         self.ready_log = ReadyLog(replica_key, lambda pod: (pod_key(pod) or ("", "", 0, "0"))[3], pod_ready)
         self._pod_watch = (PodWatch(pod_watch_client, NAMESPACE, self.ready_log, ledger.now)
                            if pod_watch_client is not None else None)

@@ -101,9 +101,8 @@ async def _reconcile(request: Request, hook: str) -> Response:
         # Its answer stands whatever the deletes do: they run after it (docs/metacontroller.md#finalize).
         state.executor.run_after_answer(done.parent, done.intents,
                                         lambda exc: metrics.HOOK_ERRORS.labels(hook, "after_answer").inc())
-        log.info("%s", done.line)
-        return Response(done.body, media_type="application/json")
-    await state.executor.run(done.parent, done.intents)
+    else:
+        await state.executor.run(done.parent, done.intents)
     if done.refusal is not None:
         metrics.HOOK_ERRORS.labels(hook, "render_failed").inc()
         log.warning("render failed: %s", done.refusal.message)
