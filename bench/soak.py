@@ -819,12 +819,6 @@ class Soak:
         node = self.rng.choice(sorted(hosting))
         return node, hosting[node]
 
-    def explain_node(self, action: Action, node: str, names: set[str]) -> None:
-        for pod in self.our_pods(self.obs()):
-            key = pod_key(pod)
-            if key and pod["spec"].get("nodeName") == node:
-                self.ledger.explain(action, key[0], key[1], key[2])
-
     def replicas_on(self, node: str) -> set[tuple[str, str, int]]:
         """Fresh reads: every (deployment, role, ordinal) with a Pod bound to the node or a Workload
         Kueue places on it. The observation a node fault picked its node from is up to a tick old,
@@ -841,7 +835,8 @@ class Soak:
         return out
 
     def cover_node(self, action: Action, node: str, names: set[str]) -> None:
-        """Widens a node fault under way to every replica the node holds now (fresh reads)."""
+        """Explains the loss of every replica the node holds now (fresh reads), and widens the fault
+        to its deployment: before the node changes, and again while the fault is under way."""
         for deployment, role, ordinal in self.replicas_on(node):
             if deployment not in names:
                 names.add(deployment)
@@ -857,9 +852,9 @@ class Soak:
         node, names = picked
         self.nodes_out.add(node)
         action = self.ledger.begin("departure", "node-notready", f"{node} ({', '.join(sorted(names))})", touch=names)
-        self.explain_node(action, node, names)
         label = e2e_cluster.KWOK_NODE_LABEL.replace("/", "~1")
         try:
+            self.cover_node(action, node, names)
             self.request("PATCH", f"/api/v1/nodes/{node}", client=self.bg_api, headers=JSON_PATCH,
                          content=json.dumps([{"op": "remove", "path": f"/metadata/labels/{label}"}]))
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -899,8 +894,8 @@ class Soak:
         action = self.ledger.begin("departure", "node-delete", f"{node} ({', '.join(sorted(names))}; "
                                    f"{'registers again at once' if quick else 'joins once its Pods are gone'})",
                                    touch=names)
-        self.explain_node(action, node, names)
         try:
+            self.cover_node(action, node, names)
             self.request("DELETE", f"/api/v1/nodes/{node}", client=self.bg_api)
             self.cover_node(action, node, names)
             time.sleep(self.rng.uniform(*NODE_DOWN_SECONDS))
