@@ -33,6 +33,7 @@ KUEUE_VERSION = "v1beta2"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 KIND_WORKLOAD = "Workload"
 PLURAL_WORKLOADS = "workloads"
+PLURAL_PODS = "pods"
 KIND_ADMISSION_CHECK = "AdmissionCheck"
 PLURAL_ADMISSION_CHECKS = "admissionchecks"
 
@@ -52,6 +53,9 @@ CHILD_SERVICE_ACCOUNTS = "ServiceAccount.v1"
 CHILD_ROLES = "Role.rbac.authorization.k8s.io/v1"
 CHILD_ROLE_BINDINGS = "RoleBinding.rbac.authorization.k8s.io/v1"
 RELATED_WORKLOADS = f"{KIND_WORKLOAD}.{KUEUE_API_VERSION}"
+# The deployment's router Pods (owned by the router's ReplicaSet, so not children): a teardown waits
+# for them (docs/metacontroller.md#finalize).
+RELATED_PODS = "Pod.v1"
 
 # --- Engines, role kinds ---------------------------------------------------------------------
 

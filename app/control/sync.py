@@ -21,7 +21,7 @@ from app.control.intents import Intent, RecordEvent, warning_event
 from app.control.rollout import Action, RolePlan, plan_role
 from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
-from app.render import names, tenant
+from app.render import labels, names, tenant
 from app.render.errors import RenderError
 from app.render.pod import Ports, RoleRender, render_role
 from app.render.router import render_router
@@ -195,7 +195,10 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _resync_after(ctx, plans, settings, now))
     if finalizing:
-        result.finalized = teardown.finalized(ctx, plans, observed_pods)
+        router_pods = teardown.router_pods_left(request.related)
+        if router_pods:
+            result.children.extend(teardown.router_held_empty(ctx, request.children))
+        result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
 
@@ -239,4 +242,7 @@ def customize(md: ModelDeployment) -> dict[str, Any]:
               for role in md.spec.roles for ordinal in range(role.replicas)]
     rules.append({"apiVersion": vocab.KUEUE_API_VERSION, "resource": vocab.PLURAL_WORKLOADS,
                   "namespace": namespace, "names": groups})
+    # Its router Pods, whatever spec.router says now: a finalize waits for them (teardown).
+    rules.append({"apiVersion": vocab.CORE_API_VERSION, "resource": vocab.PLURAL_PODS, "namespace": namespace,
+                  "labelSelector": {"matchLabels": labels.role_selector(md.metadata.name, vocab.ROUTER_COMPONENT)}})
     return {"relatedResources": rules}

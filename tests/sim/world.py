@@ -394,6 +394,10 @@ class Sim:
                     if wl is not None and wl["metadata"]["namespace"] == namespace:
                         bucket[f"{namespace}/{wl_name}"] = copy.deepcopy(wl)
                 continue
+            if resource == vocab.PLURAL_PODS:
+                # The router's Pods: this world runs no Deployment controller, so there are none.
+                related.setdefault(vocab.RELATED_PODS, {})
+                continue
             kind = _RESOURCE_KINDS[resource]
             bucket = related.setdefault(f"{kind}.{api}", {})
             for obj in self.objects:

@@ -263,6 +263,36 @@ def test_finalize_answers_finalized_only_when_nothing_is_left():
     assert done.finalized is True
 
 
+def test_finalize_waits_for_the_router_pods_and_scales_their_deployment_to_zero_meanwhile():
+    """Router Pods belong to the router's ReplicaSet, not to the deployment: a finalize keeps the
+    router Deployment at zero replicas until they are gone, so a deployment created again under the
+    same name never finds them behind its router Service (docs/metacontroller.md#finalize)."""
+    md = parent("pd-pair")
+    first = sync(md)
+    deployment = copy.deepcopy(by_kind(first, "Deployment")[0])
+    deployment["metadata"]["uid"] = "router-deployment-uid"
+    deployment["status"] = {"replicas": 1}
+    router_pod = {"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": "pd-demo-router-6f68dd7b5-p59sr", "namespace": "team-a",
+                               "labels": deployment["spec"]["template"]["metadata"]["labels"]}}
+    waiting = sync(md, children=[deployment], extra_related=[router_pod], finalizing=True)
+    assert waiting.finalized is False
+    held = by_kind(waiting, "Deployment")
+    assert [d["metadata"]["name"] for d in held] == ["pd-demo-router"] and held[0]["spec"]["replicas"] == 0
+    assert "status" not in held[0] and "uid" not in held[0]["metadata"]
+    assert by_kind(waiting, "Service") == []  # only the Deployment is kept, and only at zero
+    done = sync(md, children=[deployment], finalizing=True)
+    assert done.finalized is True and by_kind(done, "Deployment") == []
+
+
+def test_customize_selects_the_deployments_router_pods():
+    rules = customize(ModelDeployment.model_validate(parent("qwen-chat")))["relatedResources"]
+    pods_rule = next(r for r in rules if r["resource"] == "pods")
+    assert pods_rule == {"apiVersion": "v1", "resource": "pods", "namespace": "team-a", "labelSelector": {
+        "matchLabels": {vocab.LABEL_NAME: vocab.APP_NAME, vocab.LABEL_INSTANCE: "qwen-chat",
+                        vocab.LABEL_COMPONENT: vocab.ROUTER_COMPONENT}}}
+
+
 def test_finalize_tears_down_a_role_whose_instance_type_is_gone():
     """A deleted (or malformed) InstanceType must not wedge the finalizer: the deployment's Pods and
     Workloads go by ordinal alone, without a render."""
