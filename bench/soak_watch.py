@@ -55,6 +55,10 @@ EVENTS_EVERY = 10
 METRICS_EVERY = 5  # probes between reads of the operator's metrics
 PROBE_SECONDS = 1.0
 LEFTOVER_GRACE_SECONDS = 45.0
+#: Pods are the finalize hook's own to wait for (engine and router Pods alike: docs/metacontroller.md#finalize),
+#: so none is left once the deployment is gone; the slack covers only this watcher's lists, read one
+#: after another (the Pods before the deployments).
+LEFTOVER_POD_GRACE_SECONDS = 5.0
 #: A Pod bound to a node that is gone waits for the pod garbage collector, which force-deletes such
 #: orphans only after a quarantine of its own (40 s, checked every 20 s), whoever owned them.
 ORPHANED_POD_GRACE_SECONDS = 120.0
@@ -617,7 +621,12 @@ class Watcher:
                 continue
             left = self.leftovers(obs, name, old_uid)
             orphaned = set(self.on_missing_nodes(obs, left))
-            grace = ORPHANED_POD_GRACE_SECONDS if left and set(left) <= orphaned else LEFTOVER_GRACE_SECONDS
+            if left and set(left) <= orphaned:
+                grace = ORPHANED_POD_GRACE_SECONDS
+            elif any(o.startswith("Pod/") for o in left):
+                grace = LEFTOVER_POD_GRACE_SECONDS
+            else:
+                grace = LEFTOVER_GRACE_SECONDS
             if not left and obs.children is not None:
                 self.cleaned[name] = round(obs.t1 - gone_at, 2)
             elif left and obs.t0 - gone_at > grace:

@@ -1,0 +1,119 @@
+"""A deployment deleted and created again at once never reaches its previous incarnation.
+
+The router's Pods belong to the router Deployment's ReplicaSet, not to the deployment, and a
+recreated deployment renders the same router Deployment, Service and selector (even the same
+ReplicaSet name). The finalize hook keeps the router Deployment at zero replicas until its Pods
+are gone and only then lets the deployment's object go (docs/metacontroller.md#finalize), so the
+new incarnation's Services can never list an old Pod. This test creates the new object the moment
+the API server accepts it and watches every EndpointSlice of the namespace throughout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import cluster as e2e_cluster
+from md_operator import NAMESPACE, Operator, start_operator
+
+A10G = "gpustack-nvidia-a10g-linux-amd64"
+NAME = "reborn"
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def op(control_plane: e2e_cluster.ControlPlane) -> Iterator[Operator]:
+    operator = start_operator(control_plane)
+    yield operator
+    operator.stop()
+
+
+def routed_pair(name: str) -> dict[str, Any]:
+    roles = [{"name": role, "kind": kind, "replicas": 1, "instanceType": A10G, "resources": {"accelerator": 1}}
+             for role, kind in (("prefill", "Prefill"), ("decode", "Decode"))]
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"name": "vLLM", "version": "0.29.0"},
+                     "router": {"name": "llm-d-router"}, "roles": roles}}
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp")
+
+
+class EndpointWatch:
+    """Every (Service, Pod UID) pair any EndpointSlice of the namespace listed, polled continuously,
+    each stamped with the moment its read began (so a read older than an event never counts after it)."""
+
+    def __init__(self, cp: e2e_cluster.ControlPlane) -> None:
+        self.client = cp.http_client()
+        self.seen: list[tuple[float, str, str]] = []
+        self.reads = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            r = self.client.get(f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices", timeout=10)
+            if r.status_code == 200:
+                self.reads += 1
+                for eps in r.json()["items"]:
+                    service = eps["metadata"].get("labels", {}).get("kubernetes.io/service-name", "")
+                    for endpoint in eps.get("endpoints") or []:
+                        uid = (endpoint.get("targetRef") or {}).get("uid")
+                        if uid:
+                            self.seen.append((began, service, uid))
+            self._stop.wait(0.2)
+
+    def listed_since(self, since: float) -> set[tuple[str, str]]:
+        return {(service, uid) for began, service, uid in list(self.seen) if began >= since}
+
+    def __enter__(self) -> "EndpointWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self.client.close()
+
+
+def test_a_deployment_recreated_at_once_never_selects_a_pod_of_its_previous_incarnation(op: Operator) -> None:
+    manifest = yaml.safe_dump(routed_pair(NAME))
+    op.kubectl("apply", "-f", "-", input=manifest)
+    earlier: set[str] = set()  # Pod UIDs of every incarnation before the current one
+    created_at = time.monotonic()
+    with EndpointWatch(op.cp) as watch:
+        for round_ in range(ROUNDS + 1):
+            pods = op.wait(f"round {round_}: {NAME}'s engine and router Pods Ready",
+                           lambda: (lambda ps: ps if len([p for p in ps if ready(p)]) == 3 else None)(op.pods(NAME)),
+                           timeout=180)
+            router = [p for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/component") == "router"]
+            assert len(router) == 1, [p["metadata"]["name"] for p in pods]
+            op.wait(f"round {round_}: the router Service lists the new router Pod",
+                    lambda: (f"{NAME}-router", router[0]["metadata"]["uid"]) in watch.listed_since(created_at),
+                    timeout=60)
+            stale = {(service, uid) for service, uid in watch.listed_since(created_at) if uid in earlier}
+            assert not stale, f"round {round_}: Services of the new {NAME} listed Pods of an earlier incarnation: {stale}"
+            if round_ == ROUNDS:
+                break
+            earlier |= {p["metadata"]["uid"] for p in pods}
+            op.kubectl("delete", "md", NAME, "-n", NAMESPACE, "--wait=false")
+            deadline = time.monotonic() + 180
+            while op.kubectl("create", "-f", "-", input=manifest, check=False).returncode != 0:
+                assert time.monotonic() < deadline, f"round {round_}: {NAME} could not be created again in 180s"
+                time.sleep(0.2)
+            created_at = time.monotonic()
+            # The moment the new object exists, no Pod of the old one is left to select.
+            left = [p["metadata"]["name"] for p in op.pods(NAME) if p["metadata"]["uid"] in earlier]
+            assert left == [], f"round {round_}: the new {NAME} exists while Pods of the old one are left: {left}"
+    assert watch.reads > 0
+    op.kubectl("delete", "md", NAME, "-n", NAMESPACE, "--wait=false")
+    op.wait(f"{NAME} to be gone", lambda: op.kubectl("get", "md", NAME, "-n", NAMESPACE, check=False).returncode != 0,
+            120)
