@@ -24,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from app import logs, vocab
-from app.admission import corrections, files
+from app.admission import files
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
@@ -60,12 +60,6 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def _name(md: KubeObject) -> str:
-    found = md.get("metadata")
-    meta = found if isinstance(found, dict) else {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
 @contextlib.contextmanager
 def _quiet(logger: logging.Logger) -> Iterator[None]:
     level = logger.level
@@ -76,63 +70,92 @@ def _quiet(logger: logging.Logger) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _no_deployment(path: Path, objects: list[KubeObject]) -> str:
-    kinds = sorted({str(o.get("kind")) for o in objects})
-    held = f"it holds {', '.join(kinds)}" if kinds else "it holds no Kubernetes object"
-    return (f"{path} holds no ModelDeployment ({held}) — pass a file with a document of apiVersion: "
-            f"{vocab.API_VERSION}, kind: {vocab.KIND_MODEL_DEPLOYMENT} (examples/deployments/ has some)")
+def _with_scaled_replicas(md: KubeObject, judged: list[Any]) -> KubeObject:
+    """The deployment with the replicas its scalers in the same file set on the roles they govern
+    (docs/autoscaling.md: the scaler writes replicas × ratio into each role), as the cluster would
+    run it once the scaler's controller has written them."""
+    from app.api.scaler import ModelDeploymentScaler
+
+    meta = md["metadata"]
+    roles = (md.get("spec") or {}).get("roles")
+    if not isinstance(roles, list):
+        return md
+    for item in judged:
+        if item.kind != vocab.KIND_MODEL_DEPLOYMENT_SCALER:
+            continue
+        scaler = ModelDeploymentScaler.model_validate(item.obj)  # allowed above, so it parses
+        if scaler.spec.deployment_ref.name != meta.get("name") or scaler.metadata.namespace != meta.get("namespace"):
+            continue
+        for role in roles:
+            governed = scaler.spec.role(str(role.get("name"))) if isinstance(role, dict) else None
+            if governed is not None:
+                role["replicas"] = scaler.spec.desired(governed)
+    return md
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """The sync hook's answer for each deployment of the file, once the cluster would admit it."""
-    from app.admission.review import offline_verdict
+    """The sync hook's answer for each deployment of the file, once the cluster would admit every
+    object of it: one refusal anywhere and nothing is printed on stdout (a pipe into `kubectl apply`
+    must not apply half a file)."""
+    from app.admission.review import judge_documents, no_objects
 
     options = settings()
     objects = files.read_objects(args.world, "--world") if args.world else []
     world_objects = [o for o in objects if isinstance(o.get("metadata"), dict)]
-    found = files.read_objects(args.file, "-f")
-    deployments = [o for o in found if corrections.is_candidate(o)]
-    if not deployments:
-        if any(o.get("kind") == vocab.KIND_MODEL_DEPLOYMENT_SCALER for o in found):
-            raise UsageError(f"{args.file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "
-                             f"validate -f {args.file}` checks them; render their deployment instead")
-        raise UsageError(_no_deployment(args.file, found))
+    docs = files.read_documents(args.file, "-f")
     world = World.of(world_objects)
+    # Render only what the cluster would store: the API server's checks and the webhooks first, for
+    # every object of the file (a scaler's refusal stops the render too).
+    with _quiet(logging.getLogger("app.admission.review")):  # the verdicts are printed; the log line is the service's
+        judged = judge_documents(docs, [], world, kv_cache_dtype_owned=options.kv_cache_dtype_owned,
+                                 name_files=args.file != files.STDIN and args.file.is_dir())
+    if not judged:
+        raise UsageError(no_objects(args.file))
+    for item in judged:
+        for warning in item.verdict.warnings:
+            print(f"Warning: {warning}", file=sys.stderr)
+    refused = [item for item in judged if not item.verdict.allowed]
+    if refused:
+        for item in refused:
+            print(f"error: {item.label}: refused, so not rendered (the cluster would not store it):\n{item.verdict.message}",
+                  file=sys.stderr)
+        print(f"error: nothing rendered: {len(refused)} of the file's {len(judged)} object(s) refused "
+              f"(`modeldeployment validate -f {args.file}` lists them)", file=sys.stderr)
+        return EXIT_REFUSED
+    deployments = [item for item in judged if item.kind == vocab.KIND_MODEL_DEPLOYMENT]
+    if not deployments:
+        raise UsageError(f"{args.file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "
+                         f"validate -f {args.file}` checks them; render their deployment instead")
+    unnamed = [item.label for item in deployments if not item.obj["metadata"].get("name")]
+    if unnamed:
+        raise UsageError(f"{', '.join(unnamed)}: metadata.generateName without metadata.name — the rendered objects are "
+                         "named after the deployment, and the API server picks generateName's suffix at create time; "
+                         "set metadata.name to render it")
     related = related_map(world_objects)
     sync_settings = SyncSettings(options=options.render_options())
-    status = 0
-    for md in deployments:
-        if not isinstance(md.get("metadata"), dict):
-            md["metadata"] = {}
-        md["metadata"].setdefault("namespace", "default")
-        # Render only what the cluster would store: the API server's checks and both webhooks first.
-        with _quiet(logging.getLogger("app.admission.review")):  # the verdict is printed; its log line is the service's
-            verdict = offline_verdict(copy.deepcopy(md), None, world, kv_cache_dtype_owned=options.kv_cache_dtype_owned)
-        for warning in verdict.warnings:
-            print(f"Warning: {warning}", file=sys.stderr)
-        if not verdict.allowed:
-            print(f"error: {_name(md)}: refused, so not rendered (the cluster would not store it):\n{verdict.message}\n"
-                  f"(`modeldeployment validate -f {args.file}` checks it alone)", file=sys.stderr)
-            status = EXIT_REFUSED
-            continue
+    rendered: list[Any] = []
+    notes: list[str] = []
+    for item in deployments:
+        md = _with_scaled_replicas(copy.deepcopy(item.obj), judged)
         # Admitted above, so the model parses it; a file's object has no uid for the hook door to check.
         request = HookRequest(parent=md, deployment=ModelDeployment.model_validate(md), related=related)
         result = reconcile(request, sync_settings, now=utc_now())
         if isinstance(result, Refusal):
-            print(f"error: {_name(md)}: {result.message}", file=sys.stderr)
-            status = EXIT_REFUSED
-            continue
+            print(f"error: {item.label}: {result.message}", file=sys.stderr)
+            print("error: nothing rendered (one deployment of the file cannot be)", file=sys.stderr)
+            return EXIT_REFUSED
         if args.objects_only:
             # Only Kubernetes objects on stdout (pipe-able into kubectl); the status to stderr.
-            docs = list(result.children)
-            print(f"# status: {md['metadata'].get('name')}: phase {result.status.get('phase')}", file=sys.stderr)
+            rendered += list(result.children)
+            notes.append(f"# status: {md['metadata'].get('name')}: phase {result.status.get('phase')}")
         else:
-            docs = [*result.children, {"status": result.status}]
-        sys.stdout.write(yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False))
+            rendered += [*result.children, {"status": result.status}]
         if not args.quiet:
-            for intent in result.intents:
-                print(f"# intent: {intent}", file=sys.stderr)
-    return status
+            notes += [f"# intent: {intent}" for intent in result.intents]
+    for note in notes:
+        print(note, file=sys.stderr)
+    sys.stdout.write(yaml.dump_all(rendered, Dumper=_PlainDumper, sort_keys=False))
+    return 0
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -286,10 +309,12 @@ def parser() -> argparse.ArgumentParser:
 
     render = sub.add_parser("render", help="print the children and status the sync hook would return",
                             formatter_class=_Formatter,
-                            description="Check each ModelDeployment of the file as the cluster would (as `validate`), "
-                                        "then print what the sync hook returns for it. A refused deployment is not "
-                                        "rendered: its refusals are printed and the exit code is 1.")
-    render.add_argument("-f", "--file", type=Path, required=True, help="a YAML file (or directory) of deployments")
+                            description="Check every object of the file as the cluster would (as `validate`), then "
+                                        "print what the sync hook returns for each ModelDeployment (with the replicas "
+                                        "a ModelDeploymentScaler of the file sets). One refusal anywhere in the file "
+                                        "and nothing is rendered: the refusals go to stderr and the exit code is 1.")
+    render.add_argument("-f", "--file", type=Path, required=True,
+                        help="a YAML file, a directory of them, or - for standard input")
     render.add_argument("--world", type=Path, default=DEFAULT_WORLD, metavar="DIR",
                         help="InstanceTypes, pools and bindings as YAML (default: the example world)")
     render.add_argument("-q", "--quiet", action="store_true", help="do not print side-effect intents")
@@ -297,10 +322,19 @@ def parser() -> argparse.ArgumentParser:
                         help="print only the Kubernetes objects (the status goes to stderr), e.g. to pipe into kubectl")
     render.set_defaults(func=cmd_render)
 
-    validate = sub.add_parser("validate", help="check a deployment as the cluster would: apiVersion, kind, unknown "
-                              "fields and the schema's types and bounds, then both admission webhooks (an update with "
-                              "--old)", formatter_class=_Formatter)
-    validate.add_argument("-f", "--file", type=Path, required=True, help="a YAML file (or directory) of deployments")
+    validate = sub.add_parser(
+        "validate", help="check a deployment as the cluster would: apiVersion, kind, unknown "
+        "fields and the schema's types and bounds, then both admission webhooks (an update with --old)",
+        formatter_class=_Formatter,
+        description="Judge every ModelDeployment and ModelDeploymentScaler of a file as the cluster would, without a "
+                    "cluster: the file read as the API server's decoder reads YAML (duplicate keys and runaway "
+                    "aliases refused), the API server's own checks (apiVersion, kind, unknown fields, the CRD "
+                    "schema's types and bounds, metadata: name, labels, annotations), then the admission webhooks "
+                    "against --world. Prints `<namespace>/<name>: allowed`, or `refused` and every refusal (field, "
+                    "what is wrong, the way out); warnings go to stderr. Exit 0 all allowed, 1 one refused, 2 a file "
+                    "that cannot be read. docs/admission.md lists every rule.")
+    validate.add_argument("-f", "--file", type=Path, required=True,
+                          help="a YAML file, a directory of them, or - for standard input")
     validate.add_argument("--world", type=Path, default=DEFAULT_WORLD, metavar="DIR",
                           help="InstanceTypes, pools and bindings as YAML (default: the example world)")
     validate.add_argument("--old", type=Path, default=None, help="the stored object, to check an update")

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from app import vocab
+from app import vocab, yamlread
 from app.api.cluster import InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelArtifact
 from app.api.objects import KubeObject, ObjectsByName, ObservedGroups
 
@@ -121,8 +120,6 @@ def parse_problems(exc: ValidationError, limit: int = 3) -> str:
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-# libyaml's parser when PyYAML has it (it does on every wheel we install); the pure one otherwise.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def related_map(objects: Iterable[KubeObject]) -> ObservedGroups:
@@ -136,19 +133,9 @@ def related_map(objects: Iterable[KubeObject]) -> ObservedGroups:
 
 
 def load_yaml_objects(path: Path) -> list[KubeObject]:
-    """Every object in a YAML file or a directory of them (Lists are flattened)."""
-    files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
-    objects: list[KubeObject] = []
-    for file in files:
-        with file.open() as handle:
-            for doc in yaml.load_all(handle, Loader=_LOADER):
-                if not isinstance(doc, dict):
-                    continue
-                if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
-                    objects.extend(item for item in doc["items"] if isinstance(item, dict))
-                else:
-                    objects.append(doc)
-    return objects
+    """Every object in a YAML file or a directory of them (Lists are flattened), read as the API
+    server's decoder reads YAML (app/yamlread.py: aliases bounded, duplicate keys refused)."""
+    return [doc.obj for doc in yamlread.load_documents(path)]
 
 
 class DirectoryWorld:

@@ -1,5 +1,5 @@
 """What the user meant, for the offline commands: which objects of a file are meant as
-ModelDeployments (`is_candidate`), and the object as the user meant it, for the webhooks' rules in
+ModelDeployments or ModelDeploymentScalers (`judged_kind`), and the object as the user meant it, for the webhooks' rules in
 `modeldeployment validate`.
 
 `app.admission.fields` names everything the API server would refuse; `corrected` then reads the
@@ -17,6 +17,7 @@ from typing import Any
 
 from app import vocab
 from app.admission.fields import (
+    JUDGED_KINDS,
     _bounds_refusal,
     _declared_type,
     _int_or_string,
@@ -26,25 +27,28 @@ from app.admission.fields import (
     _shown,
     _string_refusal,
     _type_ok,
+    meant_kind,
     near_miss,
 )
 from app.api.objects import KubeObject
 
 
-# The group's other kinds: none is a misspelt ModelDeployment (ModelDeploymentScaler is close).
-OTHER_KINDS = (vocab.KIND_MODEL_DEPLOYMENT_SCALER, vocab.KIND_INSTANCE_TYPE, vocab.KIND_KV_CACHE_POOL,
-               vocab.KIND_KV_CACHE_POOL_BINDING, vocab.KIND_KV_CACHE_BACKEND, vocab.KIND_MODEL_ARTIFACT)
+# The group's other kinds: none is a misspelt ModelDeployment or ModelDeploymentScaler.
+OTHER_KINDS = (vocab.KIND_INSTANCE_TYPE, vocab.KIND_KV_CACHE_POOL, vocab.KIND_KV_CACHE_POOL_BINDING,
+               vocab.KIND_KV_CACHE_BACKEND, vocab.KIND_MODEL_ARTIFACT)
 
 
-def is_candidate(obj: KubeObject) -> bool:
-    """An object the user meant as a ModelDeployment: that kind, or a near miss of it in our group."""
+def judged_kind(obj: KubeObject) -> str | None:
+    """The kind the offline commands judge `obj` as: ModelDeployment or ModelDeploymentScaler (that
+    kind, or in our group a near miss of one, the closer one), or None."""
     kind = obj.get("kind")
-    if kind == vocab.KIND_MODEL_DEPLOYMENT:
-        return True
+    if kind in JUDGED_KINDS:
+        return str(kind)
     api_version = obj.get("apiVersion")
     ours = isinstance(api_version, str) and api_version.split("/")[0] == vocab.GROUP
-    return ours and isinstance(kind, str) and kind not in OTHER_KINDS and \
-        near_miss(kind, [vocab.KIND_MODEL_DEPLOYMENT]) is not None
+    if not ours or not isinstance(kind, str) or kind in OTHER_KINDS or near_miss(kind, list(JUDGED_KINDS)) is None:
+        return None
+    return meant_kind(kind)
 
 
 def covered(path: str, refused: set[str]) -> bool:
@@ -52,17 +56,17 @@ def covered(path: str, refused: set[str]) -> bool:
     return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in refused)
 
 
-def corrected(raw: KubeObject) -> KubeObject:
+def corrected(raw: KubeObject, kind: str = vocab.KIND_MODEL_DEPLOYMENT) -> KubeObject:
     """The object as the user meant it, for the webhooks' rules (the refusals above stand): each
     unknown field with an undeclared near miss renamed to it, a value of the wrong JSON type read as
     the declared one where that is unambiguous (`"2"` -> 2, `0.33` -> "0.33", `vllm` -> `vLLM`), and
     an optional value the schema refuses left out, so that its default applies."""
     fixed = copy.deepcopy(raw)
-    fixed["apiVersion"], fixed["kind"] = vocab.API_VERSION, vocab.KIND_MODEL_DEPLOYMENT
-    _rename(fixed, _schema())
+    fixed["apiVersion"], fixed["kind"] = vocab.API_VERSION, kind
+    _rename(fixed, _schema(kind))
     spec = fixed.get("spec")
     if isinstance(spec, dict):
-        _fix_object(spec, _schema()["properties"]["spec"])
+        _fix_object(spec, _schema(kind)["properties"]["spec"])
     return fixed
 
 

@@ -9,12 +9,18 @@ never a traceback.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
+from app import yamlread
 from app.api.objects import KubeObject
-from app.world import load_yaml_objects
+from app.yamlread import Document
+
+# `-f -`: the file is standard input (read once: both commands read a file's objects once).
+STDIN = Path("-")
 
 YAML_REMEDY = "fix the YAML there (indent with spaces, never tabs; quote a value that holds ': ' or starts with '*', '&', '!', '%' or '@')"
 # The parser's problems, in the words of their usual cause.
@@ -43,6 +49,13 @@ def _where(mark: yaml.Mark | None, path: Path) -> str:
 
 def _problem(exc: BaseException, path: Path, flag: str) -> str:
     """One line for a file that could not be read."""
+    if isinstance(exc, yamlread.DuplicateKey):
+        return (f"{flag} {_where(exc.problem_mark, path)}: the key {exc.key!r} is given twice in one mapping, on "
+                f"lines {exc.first_line} and {exc.second_line}; the API server's strict decoding refuses a duplicate "
+                "field (YAML would silently keep the last) — keep one of them")
+    if isinstance(exc, (yamlread.ExcessiveAliasing, yamlread.FileTooLarge)):
+        return (f"{flag} {path}: cannot be read: {exc} — write the values out (anchors and aliases only for small "
+                "repeated blocks), or split the file")
     if isinstance(exc, yaml.MarkedYAMLError):
         text = str(exc.problem or exc.context or "not YAML")
         cause = YAML_CAUSES.get(text, text)
@@ -77,11 +90,30 @@ def _check_tree(path: Path) -> None:
         pass
 
 
-def read_objects(path: Path, flag: str) -> list[KubeObject]:
-    """The objects of a YAML file or directory (app.world.load_yaml_objects), or InputError."""
+def _stdin_text(stream: TextIO, path: Path, flag: str) -> str:
+    if stream.isatty():
+        raise InputError(f"{flag} -: standard input is a terminal — pipe a file in (`cat md.yaml | modeldeployment "
+                         f"validate -f -`), or pass the file's path")
+    text = stream.read(yamlread.MAX_FILE_BYTES + 1)
+    if len(text) > yamlread.MAX_FILE_BYTES:
+        raise InputError(_problem(yamlread.FileTooLarge(f"more than {yamlread.MAX_FILE_BYTES // (1024 * 1024)} MiB on "
+                                                        "standard input"), path, flag))
+    return text
+
+
+def read_documents(path: Path, flag: str, stdin: TextIO | None = None) -> list[Document]:
+    """The objects of a YAML file, a directory, or standard input (`-`), each with where it was
+    read (app/yamlread.py), or InputError."""
     try:
+        if path == STDIN:
+            return yamlread.documents_of_text(_stdin_text(stdin or sys.stdin, path, flag), "<stdin>")
         if path.is_dir():
             _check_tree(path)
-        return load_yaml_objects(path)
+        return yamlread.load_documents(path)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise InputError(_problem(exc, path, flag)) from exc
+
+
+def read_objects(path: Path, flag: str) -> list[KubeObject]:
+    """The objects of a YAML file or directory (or `-`, standard input), or InputError."""
+    return [doc.obj for doc in read_documents(path, flag)]

@@ -14,7 +14,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaf utilities", ("app.vocab", "app.quantity", "app.timestamps", "app.logs")),
     ("api", ("app.api",)),
-    ("world", ("app.world",)),
+    ("world", ("app.world", "app.yamlread")),
     ("model", ("app.model",)),
     ("engines", ("app.engines",)),
     ("render", ("app.render",)),
