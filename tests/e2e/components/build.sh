@@ -8,7 +8,9 @@
 #
 # Usage: tests/e2e/components/build.sh [component ...]
 #   components: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
-#               kwok kueue metacontroller helm (default: all); lws (only when named)
+#               kwok kueue metacontroller helm
+#               kubelet kube-proxy coredns pause stub  (the real node, tests/e2e/realnode.py)
+#               (default: all); lws (only when named)
 # Env:
 #   MODELDEPLOYMENT_CACHE  cache root (default ~/.cache/modeldeployment)
 #   BUILD_PARALLELISM      go build -p value (default: number of cores, max 2)
@@ -25,6 +27,9 @@ KUEUE_VERSION=v0.19.0
 METACONTROLLER_VERSION=v4.17.2
 METACONTROLLER_PSEUDO=v0.0.0-20260813213314-76b818bdc67b   # commit of tag v4.17.2
 HELM_VERSION=v3.22.0
+COREDNS_VERSION=v1.14.7         # tests/e2e/components/coredns/go.mod pins the same
+PAUSE_VERSION=1                 # our own sandbox image (components/pause); bump when it changes
+PAUSE_IMAGE=localhost/modeldeployment-e2e/pause:$PAUSE_VERSION   # cluster.py's realnode.py uses the same
 
 CACHE="${MODELDEPLOYMENT_CACHE:-$HOME/.cache/modeldeployment}"
 COMP="$CACHE/components"
@@ -139,7 +144,9 @@ SELECTED=("$@")
 
 # ---- kubernetes + etcd (one wrapper module, tests/e2e/components/kubernetes) --
 K8S_LDFLAGS="$(k8s_ldflags "$KUBERNETES_VERSION")"
-for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# kubelet and kube-proxy are the real node's (tests/e2e/realnode.py); the wrapper's go.sum covers
+# them (their `tool` lines), so -mod=readonly holds for them too.
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   if want "$c"; then
     build_in_wrapper "$c" "$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/$c" "$K8S_LDFLAGS"
   fi
@@ -287,6 +294,62 @@ if want helm; then
     link_bin "$dir" helm
     record helm "$HELM_VERSION" $(( $(date +%s) - t0 )) built
   fi
+fi
+
+# ---- the real node: coredns, the pause image, the stub engine images -------------
+# CoreDNS from its own wrapper module (components/coredns: main.go imports only the plugins the
+# real node's Corefile uses, so none of the cloud providers' SDKs are compiled; go.sum checked).
+if want coredns; then
+  dir="$COMP/coredns-$COREDNS_VERSION"
+  if cached "$dir" coredns; then
+    link_bin "$dir" coredns; record coredns "$COREDNS_VERSION" 0 cached
+  else
+    need_go coredns
+    log "building coredns $COREDNS_VERSION (components/coredns wrapper)"
+    t0=$(date +%s)
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    (cd "$HERE/coredns" && go build -mod=readonly -trimpath -p "$P" \
+        -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
+        -o "$dir.tmp/coredns" .) >&2
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    link_bin "$dir" coredns
+    record coredns "$COREDNS_VERSION" $(( $(date +%s) - t0 )) built
+  fi
+fi
+
+# The sandbox image containerd starts every Pod with: a static Go program (components/pause)
+# packed as an OCI image tarball by pack_image.py; realnode.py imports it and names it
+# containerd's sandbox_image, so no registry is ever contacted.
+if want pause; then
+  dir="$COMP/pause-$PAUSE_VERSION"
+  if cached "$dir" pause && [ -f "$dir/pause.tar" ] && [ -f "$dir/image" ]; then
+    link_bin "$dir" pause; record pause "$PAUSE_VERSION" 0 cached
+  else
+    need_go pause
+    t0=$(date +%s)
+    rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+    (cd "$HERE/pause" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/pause" .) >&2
+    python3 "$HERE/pack_image.py" "$dir.tmp/pause.tar" "$PAUSE_IMAGE" \
+      --file "$dir.tmp/pause:/pause:0755" --entrypoint /pause
+    echo "$PAUSE_IMAGE" >"$dir.tmp/image"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+    link_bin "$dir" pause
+    record pause "$PAUSE_VERSION" $(( $(date +%s) - t0 )) built
+  fi
+fi
+
+# The stub engine images (tests/e2e/stub, its own build script: it writes image tarballs and a
+# list of image references into the directory it is given; realnode.py imports every tarball
+# there at node start). Run every time: that script decides what it can reuse. Until it exists
+# nothing is built and the real node runs with the pause image alone.
+STUB_BUILD="$HERE/../stub/build.sh"
+if want stub && [ -f "$STUB_BUILD" ]; then
+  need_go stub
+  log "building the stub images ($STUB_BUILD $COMP/stub-images)"
+  t0=$(date +%s)
+  mkdir -p "$COMP/stub-images"
+  bash "$STUB_BUILD" "$COMP/stub-images" >&2
+  record stub-images - $(( $(date +%s) - t0 )) ran
 fi
 
 # ---- leaderworkerset ----------------------------------------------------------------
