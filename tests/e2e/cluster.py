@@ -5,6 +5,11 @@ etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake
 nodes and Pod lifecycles), Kueue and Metacontroller.
 Everything listens on 127.0.0.1 only; no container runtime is needed.
 
+With ``real_node=True`` a real node joins the kwok pool (``realnode.py``:
+kubelet, containerd, kube-proxy, CoreDNS in a network namespace of its own);
+the API server then listens on the host end of that namespace's veth pair
+instead of 127.0.0.1 (every other component stays on loopback).
+
 Only the standard library, httpx and PyYAML are used; certificates are made with
 the ``openssl`` command line tool.
 
@@ -40,6 +45,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import httpx
 import yaml
+
+import realnode as e2e_realnode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = Path(__file__).resolve().parent / "components" / "build.sh"
@@ -420,6 +427,10 @@ class ControlPlane:
         Serve kwok's Stages from the cluster (``stages.kwok.x-k8s.io`` CRD,
         kwok ``--enable-crds=Stage``) so tests can add their own; otherwise
         they are fixed in kwok's config file.
+    real_node:
+        Add a real node (``realnode.RealNode``: kubelet, containerd, kube-proxy,
+        CoreDNS) beside the kwok pools; :attr:`real_node` is it. A machine that
+        cannot run it fails ``start()`` with :class:`realnode.RealNodeUnavailable`.
     """
 
     def __init__(
@@ -436,6 +447,7 @@ class ControlPlane:
         pod_cidr: str = "10.244.0.0/16",
         kwok_stage_crds: bool = True,
         startup_timeout: float = 120.0,
+        real_node: bool = False,
     ) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.components_dir = self.bin_dir.parent
@@ -458,6 +470,8 @@ class ControlPlane:
         self.pod_cidr = pod_cidr
         self.kwok_stage_crds = kwok_stage_crds
         self.startup_timeout = startup_timeout
+        #: The real node (kubelet + containerd, realnode.py) when ``real_node=True``, else None.
+        self.real_node: e2e_realnode.RealNode | None = e2e_realnode.RealNode(self) if real_node else None
 
         # kubectl built with the control plane (same version) if present, else PATH's.
         own_kubectl = self.bin_dir / "kubectl"
@@ -605,6 +619,14 @@ class ControlPlane:
         if comp is not None:
             comp.stop()
 
+    def node_exec(self, argv: Sequence[str], input: str | None = None,  # noqa: A002
+                  timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the real node's network namespace, where ClusterIPs, Pod IPs and
+        the cluster DNS Service are reachable (``RealNode.exec``; needs ``real_node=True``)."""
+        if self.real_node is None:
+            raise ControlPlaneError("node_exec needs ControlPlane(real_node=True)")
+        return self.real_node.exec(argv, input=input, timeout=timeout, check=check)
+
     def log_paths(self) -> dict[str, Path]:
         return {name: c.log for name, c in self.components.items()}
 
@@ -627,11 +649,17 @@ class ControlPlane:
             return self
         self._started = True
         self._check_binaries()
+        if self.real_node is not None:
+            self.real_node.preflight()  # one line saying why this machine cannot run it
         # Last resort if the caller never calls stop(): no process is left
         # behind (children also get PDEATHSIG), and the logs are kept.
         atexit.register(self.stop, keep_work_dir=True)
         t0 = time.monotonic()
-        steps: list[tuple[str, Callable[[], None]]] = [
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if self.real_node is not None:
+            # First: the API server listens on the veth's host end, its certificate names it.
+            steps.append(("real-node-network", lambda: self._real_node_step(self.real_node.setup_network)))
+        steps += [
             ("pki", self._make_pki),
             ("etcd", self._start_etcd),
             ("kube-apiserver", self._start_apiserver),
@@ -643,6 +671,8 @@ class ControlPlane:
             ("nodes", self._create_nodes),
             ("controllers-ready", self._wait_controllers),
         ]
+        if self.real_node is not None:
+            steps.append(("real-node", lambda: self._real_node_step(self.real_node.start)))
         if self.want_kueue:
             steps.append(("kueue", self._start_kueue))
         if self.want_metacontroller:
@@ -669,6 +699,14 @@ class ControlPlane:
             return
         self._stopped = True
         atexit.unregister(self.stop)
+        # The real node first, while the API server still answers: its Pods are deleted through
+        # the kubelet before anything is killed (realnode.py, RealNode.stop).
+        if self.real_node is not None:
+            problems = self.real_node.stop()
+            self.real_node_stop_problems = problems
+            if problems:
+                keep_work_dir = True
+                print("\n[e2e] real node teardown: " + "; ".join(problems), file=sys.stderr)
         # Reverse start order: clients first, etcd last.
         for name in reversed(list(self.components)):
             self.components[name].stop()
@@ -684,6 +722,16 @@ class ControlPlane:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     # ---- internals -----------------------------------------------------------
+
+    def _real_node_step(self, step: Callable[[], None]) -> None:
+        assert self.real_node is not None
+        try:
+            step()
+        except ControlPlaneError:
+            raise
+        except Exception as exc:  # a failed command of the node's set-up: say which
+            raise ControlPlaneError(f"the real node could not start: {exc}") from exc
+        self.timings.update({f"real-node-{k}": v for k, v in self.real_node.timings.items()})
 
     def _bin(self, name: str) -> Path:
         return self.bin_dir / name
@@ -732,7 +780,8 @@ class ControlPlane:
             "kube-apiserver", "kube-apiserver",
             hosts=["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
                    "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-                   _first_ip(self.service_cluster_ip_range)],
+                   _first_ip(self.service_cluster_ip_range),
+                   *([self.real_node.host_ip] if self.real_node is not None else [])],
         )
         self.admin_cert, self.admin_key = self.ca.issue(
             "admin", "kubernetes-admin", organizations=["system:masters"], server=False, client=True
@@ -775,12 +824,18 @@ class ControlPlane:
     def _start_apiserver(self) -> None:
         (port,) = free_ports(1)
         self.ports["apiserver"] = port
-        self.server = f"https://127.0.0.1:{port}"
+        # With a real node the API server listens on the host end of the node's veth pair (a
+        # local address: every host process reaches it as before; the kubelet, CoreDNS and Pods
+        # in the node's namespace reach it too), and the `kubernetes` Service's endpoint is that
+        # address. Without one, loopback and no endpoint (127.0.0.0/8 is refused as an endpoint).
+        address = self.real_node.host_ip if self.real_node is not None else "127.0.0.1"
+        self.server = f"https://{address}:{port}"
+        reconciler = "lease" if self.real_node is not None else "none"
         self._add("kube-apiserver", [
             self._bin("kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={port}",
             f"--cert-dir={self.work_dir / 'apiserver-certs'}",
             f"--tls-cert-file={self.apiserver_cert}",
@@ -799,7 +854,10 @@ class ControlPlane:
             f"--proxy-client-cert-file={self.front_proxy_cert}",
             f"--proxy-client-key-file={self.front_proxy_key}",
             "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={reconciler}",
+            # exec/logs/port-forward dial the kubelet by the node's address, not its name
+            # (nothing resolves node names here).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
             "--v=1",
         ])

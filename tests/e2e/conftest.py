@@ -4,7 +4,9 @@ Every test under tests/e2e/ is marked ``e2e``.  They run by default; set
 ``MODELDEPLOYMENT_E2E=0`` to skip them all.
 
 Fixtures:
-  control_plane   (session)  a started :class:`cluster.ControlPlane`
+  control_plane   (session)  a started :class:`cluster.ControlPlane`, with its real node
+  real_node       (session)  that node (:class:`realnode.RealNode`: kubelet + containerd)
+  real_pool       (session)  Kueue flavor + ClusterQueue sending Pods to it (:class:`realnode.RealPool`)
   e2e_namespace   (function) a fresh namespace, deleted afterwards
   external_metrics (session) an external.metrics.k8s.io server behind the aggregator
 """
@@ -25,6 +27,7 @@ if str(HERE) not in sys.path:
 
 import cluster as e2e_cluster  # noqa: E402  (tests/e2e/cluster.py)
 import metrics_server as e2e_metrics  # noqa: E402  (tests/e2e/metrics_server.py)
+import realnode as e2e_realnode  # noqa: E402  (tests/e2e/realnode.py)
 
 
 def e2e_enabled() -> bool:
@@ -58,15 +61,43 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[e2e_cluster.Contro
         bin_dir = e2e_cluster.ensure_built()
     except e2e_cluster.ControlPlaneError as exc:
         pytest.fail(f"the control plane could not be built: {exc}", pytrace=False)
-    cp = e2e_cluster.ControlPlane(bin_dir=bin_dir)
+    # One control plane for the session, with the real node beside the kwok pools (its taint
+    # keeps every Pod that does not tolerate it off it).
+    cp = e2e_cluster.ControlPlane(bin_dir=bin_dir, real_node=True)
     try:
         cp.start()
+    except e2e_realnode.RealNodeUnavailable as exc:
+        pytest.fail(f"the e2e real node cannot run on this machine: {exc}", pytrace=False)
     except e2e_cluster.ControlPlaneError as exc:
         pytest.fail(f"control plane failed to start: {exc}", pytrace=False)
     try:
         yield cp
     finally:
         cp.stop(keep_work_dir=request.session.testsfailed > 0)
+
+
+@pytest.fixture(scope="session")
+def real_node(control_plane: e2e_cluster.ControlPlane) -> e2e_realnode.RealNode:
+    """The session control plane's real node (kubelet + containerd + kube-proxy + CoreDNS).
+
+    ``.name``, ``.node_ip``, ``.dns_ip``; ``.exec(argv)`` runs a command in its network
+    namespace (ClusterIPs and Pod IPs reachable), ``.http_get(url)`` and ``.dns_lookup(name)``
+    do the common cases; ``.images`` lists the images imported into its containerd.
+    """
+    if control_plane.real_node is None:
+        pytest.fail("the session control plane has no real node (ControlPlane(real_node=True))", pytrace=False)
+    return control_plane.real_node
+
+
+@pytest.fixture(scope="session")
+def real_pool(control_plane: e2e_cluster.ControlPlane, real_node: e2e_realnode.RealNode) -> e2e_realnode.RealPool:
+    """Kueue's ResourceFlavor (the real node's instance-type label, plus the toleration of its
+    taint) and a ClusterQueue open to every namespace. ``.local_queue(ns)`` creates the
+    LocalQueue a Pod names in ``kueue.x-k8s.io/queue-name``; ``.pod(...)`` builds such a Pod;
+    ``.instance_type_object()`` is the matching InstanceType (apply it once the operator's
+    CRDs exist). For the operator's joint admission, build ``RealPool(cp, node,
+    admission_checks=[...])`` instead."""
+    return e2e_realnode.RealPool(control_plane, real_node).apply()
 
 
 @pytest.fixture
