@@ -64,6 +64,20 @@ def parse(value: int | str | float | None) -> Decimal:
     return base * (Decimal(10) ** max(exponent, -_MAX_EXPONENT))
 
 
+def multiplier(value: int | str | float | None) -> str | None:
+    """The suffix of a quantity string that multiplies it by 1000 or more (`Gi`, `k`, `e3`), or None:
+    right for bytes, wrong for a count (`accelerator: 2Gi` is 2,147,483,648 cards)."""
+    if not isinstance(value, str):
+        return None
+    match = _QUANTITY.match(value.strip())
+    suffix = match.group(2) if match else None
+    if suffix is None or suffix in ("n", "u", "m"):
+        return None
+    if suffix[0] in "eE" and int(suffix[1:]) < 3:
+        return None
+    return suffix
+
+
 def whole(value: int | str | None) -> int | None:
     """The integer a quantity denotes, or None when it is not a whole number."""
     amount = parse(value)

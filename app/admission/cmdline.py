@@ -21,7 +21,7 @@ from app.admission.model import Notice, Refusal, Subject, role_path
 from app.api.v1 import Role
 from app.engines import argv as engine_argv
 from app.engines import degrees, owned, takeover
-from app.engines.entry import KV_CACHE_DTYPE_FLAG
+from app.engines.entry import HOST_FLAG, KV_CACHE_DTYPE_FLAG, WILDCARD_HOSTS
 from app.engines.registry import engine_for, flags_for
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.world import World
@@ -132,6 +132,55 @@ def owned_env(subject: Subject) -> list[Refusal]:
                 out.append(Refusal(path, f"{name} is owned by the operator on {engine}",
                                    f"remove it, or {TAKE_OVER}"))
     return out
+
+
+# --- rule 23: the Pod's contract with its probes and Services --------------------------------
+
+
+def _contract_problem(engine: str, option: engine_argv.Option) -> str | None:
+    """Why an option breaks the Pod's contract (the entry's `contract_flags`), or None: `--host` is
+    fine on a wildcard address."""
+    why = engine_for(engine).contract_flags.get(option.flag)
+    if why is None:
+        return None
+    if option.flag == HOST_FLAG and option.value is not None and option.value.strip() in WILDCARD_HOSTS:
+        return None
+    shown = f"{option.spelling} {option.value}" if option.value is not None else option.spelling
+    named = shown if option.spelling == option.flag else f"{shown} (read as {option.flag})"
+    return f"{named}: {why}"
+
+
+def contract_arguments(subject: Subject) -> list[Refusal]:
+    """Rule 23: an option that breaks the Pod's contract with its probes and Services (listening on
+    loopback or a Unix socket, TLS on the served port), in any spelling the engine reads (prefixes,
+    `_`, `=value`, `$(VAR)`), in extraArgs or a readable take-over command: such a Pod runs, and never
+    becomes Ready or reachable."""
+    engine = subject.engine
+    out: list[Refusal] = []
+    for index, role in enumerate(subject.md.spec.roles):
+        line = role_line(engine, role)
+        if line is None:
+            continue
+        for option in engine_argv.parse_argv(engine, line.args).options:
+            problem = _contract_problem(engine, option)
+            if problem is not None:
+                out.append(Refusal(line.path(option.index, index), problem,
+                                   "remove it: the operator renders the listener (every interface, plain HTTP, the "
+                                   "declared port); terminate TLS at the gateway in front of the router"))
+    return out
+
+
+def model_name_flag(subject: Subject) -> list[Refusal]:
+    """Rule 24: spec.model.name starting with '-': the operator places it on the command line right after
+    `vllm serve` (and after SGLang's --model-path), where the engine's parser would read it as an
+    option — a way to pass an owned flag past rule 12."""
+    name = subject.md.spec.model.name
+    if not name or not name.lstrip().startswith("-"):
+        return []
+    return [Refusal("spec.model.name", f"{name[:60]!r} starts with '-': the engine's parser would read it as an option "
+                    "(the model goes on the command line), not as a model",
+                    "name the model itself (a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct, or a path); options go "
+                    "in roles[].extraArgs")]
 
 
 # --- rule 13: --kv-cache-dtype ----------------------------------------------------------------
@@ -272,7 +321,7 @@ def _cards_per_pod(subject: Subject, role: Role) -> int | None:
             cards = quantity.whole(res.accelerator)
         except quantity.QuantityError:
             return None
-        if cards is None or cards < 0:
+        if cards is None or cards < 0 or quantity.multiplier(res.accelerator) is not None:
             return None
         if subject.world is not None:
             it = subject.world.instance_types.get(role.instance_type)

@@ -34,6 +34,10 @@ def _cards(value: Any) -> tuple[int | None, str | None]:
         return None, f"{value!r} is not a whole number of cards"
     if cards < 0:
         return None, f"{value!r} is negative"
+    suffix = quantity.multiplier(value)
+    if suffix is not None:
+        return None, (f"{value!r} is {cards:,} cards: accelerator counts cards, and the suffix {suffix!r} multiplies "
+                      "the number (it suits bytes, not cards)")
     return cards, None
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from app import vocab
-from app.admission import cmdline, frozen, kvcache, resources, roles, routing
+from app.admission import cmdline, frozen, kvcache, pods, resources, roles, routing
 from app.admission.model import Notice, Refusal, Subject, Verdict
 from app.api.objects import KubeObject
 from app.api.strict import field_path
@@ -49,6 +49,11 @@ RULES: tuple[Rule, ...] = (
     roles.volumes,  # subPath and volume sources
     roles.operator_owned_mounts,  # 20
     roles.total_pods,  # 21
+    cmdline.contract_arguments,  # 23
+    cmdline.model_name_flag,  # 24
+    pods.env_names,  # 25
+    pods.exec_strings,  # 26
+    pods.object_size,  # 27
 )
 
 NOTICES: tuple[Callable[[Subject], list[Notice]], ...] = (

@@ -8,7 +8,8 @@ compares an engine's name: it looks the entry up (`registry.engine(name)`) and a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable, Final, Mapping, Protocol, Sequence
 
 from app import vocab
@@ -26,6 +27,13 @@ from app.model.context import STORE_PROTOCOL, DeploymentContext
 
 KV_CACHE_DTYPE_FLAG: Final = "--kv-cache-dtype"
 API_KEY_FLAG: Final = "--api-key"
+HOST_FLAG: Final = "--host"
+# The addresses that listen on every interface: the Pod IP the probes, Services and router dial.
+WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", "[::]"})
+LISTEN_WHY: Final = ("the probes, the Services and the router reach the engine on the Pod's IP, so it must listen on "
+                     "every interface (the operator renders --host 0.0.0.0)")
+TLS_WHY: Final = ("the probes, the router and the Services speak plain HTTP to the engine: a TLS listener answers "
+                  "none of them, and the Pod never becomes Ready")
 
 
 class RenderEngine(Protocol):
@@ -74,7 +82,11 @@ class Engine:
     - `ascend_leg`: on an Ascend pool its direct P/D leg runs over the store's `ascend` transport
       (docs/rendering.md#kv-cache-attachment);
     - `proxied_decoder`: a routed pair's managed Decode role runs behind the routing proxy;
-    - `command`: how a take-over command runs its server.
+    - `command`: how a take-over command runs its server;
+    - `contract_flags`: the options that would break the Pod's contract with its probes and Services
+      (docs/admission.md#the-rules, rule 23), each with why: where the server listens (`--host`
+      other than a wildcard address, a Unix socket instead of TCP), and TLS on a listener the
+      probes and the router reach over plain HTTP.
     """
 
     name: str
@@ -93,6 +105,7 @@ class Engine:
     publishes_kv_events: bool = False
     ascend_leg: bool = False
     proxied_decoder: bool = False
+    contract_flags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def version(self) -> str:

@@ -23,6 +23,7 @@ from app.engines.router_entry import (
     leader_labels,
     pod_readers,
     request_timeout,
+    router_security_context,
     target_port,
 )
 
@@ -95,6 +96,8 @@ def _gateway_pod(inputs: RouterInputs, *, pair: Callable[[RouterInputs], list[st
         "livenessProbe": {"httpGet": {"path": rf.RUST_ROUTER_LIVENESS_PATH, "port": vocab.ROUTER_PORT},
                           "periodSeconds": 10},
         "resources": ctx.options.router_resources.as_kube(),
+        # The Rust routers' images run as root: hardened without runAsNonRoot.
+        "securityContext": router_security_context(),
     }
     if command is not None:
         container["command"] = list(command)

@@ -16,6 +16,7 @@ import orjson
 from app import vocab
 from app.engines import router_flags as rf
 from app.engines.router_entry import (
+    DISTROLESS_NONROOT_UID,
     Router,
     RouterInputs,
     RouterPod,
@@ -23,6 +24,7 @@ from app.engines.router_entry import (
     leader_labels,
     pod_readers,
     request_timeout,
+    router_security_context,
     target_port,
 )
 from app.model.context import DeploymentContext
@@ -217,6 +219,7 @@ def _epp(inputs: RouterInputs) -> dict[str, Any]:
         "readinessProbe": {"grpc": {"port": rf.LLMD_EPP_HEALTH_PORT, "service": "readiness"}, "periodSeconds": 5},
         "resources": inputs.ctx.options.router_resources.as_kube(),
         "volumeMounts": _config_mount(),
+        "securityContext": router_security_context(DISTROLESS_NONROOT_UID),
     }
 
 
@@ -235,6 +238,7 @@ def _envoy(inputs: RouterInputs) -> dict[str, Any]:
                           "periodSeconds": 10},
         "resources": inputs.ctx.options.router_resources.as_kube(),
         "volumeMounts": _config_mount(),
+        "securityContext": router_security_context(DISTROLESS_NONROOT_UID),
     }
 
 

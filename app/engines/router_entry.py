@@ -135,6 +135,23 @@ def request_timeout(ctx: DeploymentContext) -> int | None:
     return ctx.md.spec.router.request_timeout_seconds if ctx.md.spec.router else None
 
 
+# The unprivileged user of the distroless router images (envoy's distroless tag, llm-d's EPP):
+# numeric, so the kubelet can check runAsNonRoot against it.
+DISTROLESS_NONROOT_UID = 65532
+
+
+def router_security_context(run_as_user: int | None = None) -> dict[str, Any]:
+    """A router container's securityContext (docs/engines.md#pod-security): what the engine
+    containers get (no privilege escalation, the runtime's seccomp profile), and, as a router needs
+    no capability (its ports are above 1023) and no device, every capability dropped; run as a
+    non-root user where its image is known to have one (`run_as_user`)."""
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                               "seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user is not None:
+        context.update(runAsNonRoot=True, runAsUser=run_as_user)
+    return context
+
+
 def pod_readers() -> list[KubeObject]:
     """The RBAC rule of a router that discovers the engine Pods by label."""
     return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]

@@ -21,7 +21,7 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
-from app.engines.entry import CommandShape, Engine
+from app.engines.entry import HOST_FLAG, LISTEN_WHY, TLS_WHY, CommandShape, Engine
 from app.engines.flags import load_flags
 from app.model.context import DeploymentContext
 
@@ -172,4 +172,10 @@ VLLM: Final = Engine(
     publishes_kv_events=True,
     ascend_leg=True,
     proxied_decoder=True,
+    contract_flags=MappingProxyType({
+        HOST_FLAG: LISTEN_WHY,
+        "--uds": "it serves on a Unix socket instead of TCP; " + LISTEN_WHY,
+        "--ssl-keyfile": TLS_WHY,
+        "--ssl-certfile": TLS_WHY,
+    }),
 )

@@ -126,3 +126,25 @@ def test_router_pods_mount_a_token_only_when_they_read_the_api(engine_name, rout
     assert bool(by_kind(result, "Role")) is token
     for pod in pods(result):
         assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("engine_name,router,paired,token", ROUTER_TOKEN)
+def test_every_router_container_is_hardened(engine_name, router, paired, token):
+    """Router containers get what engine containers get, every capability dropped (ports above 1023,
+    no devices), and a non-root user on the distroless images (envoy, the EPP)."""
+    md = parent("pd-pair" if paired else "qwen-chat")
+    md["spec"]["engine"] = {"name": engine_name, "version": "0.33.0" if engine_name == "vLLM" else "0.5.23"}
+    md["spec"]["router"] = {"name": router}
+    for role in md["spec"]["roles"]:
+        role["extraArgs"] = ["--tp-size", "2"] if engine_name == "SGLang" else ["-tp", "2"]
+    (deployment,) = by_kind(sync(md), "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert containers
+    for container in containers:
+        context = container["securityContext"]
+        assert {k: context[k] for k in RESTRICTED} == RESTRICTED, container["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+        if container["name"] in ("envoy", "epp"):
+            assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+        for port in container.get("ports", []):
+            assert port["containerPort"] > 1023, (container["name"], port)
