@@ -208,7 +208,33 @@ def _example(schema: dict[str, Any]) -> str:
         inner = ", ".join(f"{key}: {_example(schema['properties'][key])}" for key in required
                           if key in (schema.get("properties") or {}))
         return "{" + inner + "}" if inner else "{...}"
-    return "<" + (_what(schema) or "text") + ">"
+    return _string_example(schema)
+
+
+def _string_example(schema: dict[str, Any]) -> str:
+    """A string for a remedy: the description's own example (`(e.g. Qwen/Qwen2.5-72B-Instruct)`), a
+    name for a name pattern, else an empty pair of quotes to fill (never an angle-bracket placeholder,
+    which YAML would read as text)."""
+    found = re.search(r"\(e\.g\. ([^)]+?)\)", str(schema.get("description") or ""))
+    if found:
+        return found.group(1).split(",")[0].strip().strip("`")
+    if schema.get("pattern") == DNS1123_LABEL.pattern:
+        return "example"
+    return '""'
+
+
+def _fill(key: str, schema: dict[str, Any]) -> str:
+    """How to fill a field in a remedy: `name: Qwen/Qwen2.5-72B-Instruct (the model the engine
+    serves)`, or `name: with the variable name as its value` when the schema has no example."""
+    example = _example(schema)
+    what = _what(schema)
+    first = what.split(" ")[0]
+    if what[1:2].islower() and not any(c.isupper() for c in first[1:]):
+        what = what[:1].lower() + what[1:]
+    if example == '""':
+        article = "" if what.startswith(("the ", "a ", "an ")) else "the "
+        return f"{key}: with {article}{what or 'text'} as its value (a non-empty string)"
+    return f"{key}: {example}" + (f" ({what})" if what else "")
 
 
 def _type_refusal(path: str, key: str, value: Any, schema: dict[str, Any]) -> Refusal:
@@ -218,8 +244,9 @@ def _type_refusal(path: str, key: str, value: Any, schema: dict[str, Any]) -> Re
     if want == "string":
         problem = f"{shown} is {JSON_WORDS.get(got, got)}, and the field is a string"
         if got in ("integer", "number", "boolean"):
+            quoted = f'- "{shown}" (quote the list item)' if key.endswith("]") else f'{key}: "{shown}"'
             return Refusal(path, f"{problem} (YAML reads an unquoted {shown} as {JSON_WORDS[got]})",
-                           f'quote it: {key}: "{shown}"')
+                           f"quote it: {quoted}")
         return Refusal(path, problem, f"write it as one string: {key}: {_example(schema)}")
     if want in ("integer", "int-or-string"):
         scope = _range(schema)
@@ -299,8 +326,8 @@ def _string_refusal(path: str, key: str, value: str, schema: dict[str, Any], req
     low, high = schema.get("minLength"), schema.get("maxLength")
     if low is not None and len(value) < low:
         if value == "":
-            return Refusal(path, "is empty", f"set {key} to {_example(schema)}" if required
-                           else f"set {key} to {_example(schema)}, or leave the field out")
+            return Refusal(path, "is empty", f"set {_fill(key, schema)}" if required
+                           else f"set {_fill(key, schema)}, or leave the field out")
         return Refusal(path, f"{_shown(value)} is {len(value)} characters; the field takes at least {low}",
                        f"lengthen it to at least {low} characters")
     if high is not None and len(value) > high:
@@ -363,8 +390,10 @@ def _check(value: Any, schema: dict[str, Any], path: str, key: str, required: bo
                 item_path = f"{path}[{index}]"
                 if item is None:
                     out.append(_type_refusal(item_path, f"{key}[{index}]", item, items))
-                else:
+                elif isinstance(item, (dict, list)):
                     _check(item, items, item_path, key, True, out)
+                else:  # a scalar item: its remedy writes the item, not the list's key
+                    _check(item, items, item_path, f"{key}[{index}]", True, out)
     elif isinstance(value, dict):
         _check_object(value, schema, path, out)
     if problem is not None:
@@ -377,10 +406,7 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, out:
     for name in required:
         if value.get(name) is None and name in properties:
             field_path = f"{path}.{name}" if path else name
-            example = _example(properties[name])
-            what = _what(properties[name])
-            hint = f" ({what})" if what and not example.startswith("<") else ""
-            out.append(Refusal(field_path, "is required and missing", f"add {name}: {example}{hint}"))
+            out.append(Refusal(field_path, "is required and missing", f"add {_fill(name, properties[name])}"))
     for name, item in value.items():
         if name in properties:
             _check(item, properties[name], f"{path}.{name}" if path else str(name), str(name), name in required, out)

@@ -361,10 +361,13 @@ class Judged:
 
 def _label(kind: str, meta: dict[str, Any], where: str | None) -> str:
     name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    if name is not None and not isinstance(name, str):
+        name = fields._shown(name)
+    elif not name:
         prefix = meta.get("generateName")
         name = f"{prefix}<5 random characters>" if isinstance(prefix, str) and prefix else "<no name>"
-    text = f"{meta.get('namespace')}/{name}"
+    namespace = meta.get("namespace")
+    text = f"{namespace if isinstance(namespace, str) else fields._shown(namespace)}/{name}"
     if kind != vocab.KIND_MODEL_DEPLOYMENT:
         text = f"{kind} {text}"
     return f"{text} ({where})" if where else text
@@ -396,8 +399,8 @@ def duplicate_documents(judged: list[tuple[str, KubeObject, str]]) -> dict[int, 
 
 def _stored(obj: KubeObject, olds: list[KubeObject]) -> KubeObject | None:
     meta = obj["metadata"]
-    by_name = {(o.get("metadata") or {}).get("name"): o for o in olds}
-    stored = by_name.get(meta.get("name"))
+    by_name = {str((o.get("metadata") or {}).get("name")): o for o in olds if isinstance(o.get("metadata"), dict)}
+    stored = by_name.get(meta["name"]) if isinstance(meta.get("name"), str) else None
     if stored is None and len(olds) == 1:
         stored = olds[0]
     if stored is not None and isinstance(stored.get("metadata"), dict):

@@ -303,3 +303,42 @@ def test_render_applies_the_scalers_replicas(tmp_path: Path) -> None:
     plain = [d for d in yaml.safe_load_all(run("render", "-f", str(_write(tmp_path, PD, "pd.yaml")), "--objects-only",
                                                "-q")[1]) if d and d["kind"] == "Pod"]
     assert len(pods) > len(plain)
+
+
+# --- messages: no Python spellings, no placeholders ----------------------------------------------
+
+SCALARS = st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False, allow_infinity=False) \
+    | st.text(max_size=12).filter(lambda t: "None" not in t) | st.sampled_from(["2Gi", "-x", "", "1.5"])
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6).filter(lambda t: "None" not in t), inner,
+                                                                                            max_size=3), max_leaves=6)
+
+
+def _paths(node: object, at: tuple = ()) -> list[tuple]:
+    out = [at]
+    if isinstance(node, dict):
+        for key, item in node.items():
+            out += _paths(item, (*at, key))
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            out += _paths(item, (*at, index))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_refusal_speaks_python(data: st.DataObject) -> None:
+    import re
+
+    from app.admission.review import judge_documents
+    from app.world import World
+
+    source = yaml.safe_load(data.draw(st.sampled_from([QWEN, PD, SCALER])))
+    target = data.draw(st.sampled_from([p for p in _paths(source) if p and p[0] not in ("kind", "apiVersion")]))
+    node = source
+    for part in target[:-1]:
+        node = node[part]
+    node[target[-1]] = data.draw(VALUES)
+    docs = [yamlread.Document(source, "f.yaml", 1)]
+    (judged,) = judge_documents(docs, [], World.of([]), kv_cache_dtype_owned=True)
+    text = judged.label + "\n" + judged.verdict.message + "\n".join(judged.verdict.warnings)
+    assert not re.search(r"\bNone\b(?!')|\bb'|<[A-Z][a-z]", text.replace("'None'", "")), text
