@@ -611,14 +611,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         selector = f"spec.nodeName={self.name}"
         self.cp.kubectl("delete", "pods", "--all-namespaces", "--field-selector", selector,
                         "--grace-period=2", "--wait=false", check=False, timeout=60)
+        # Gone, or finished: a Pod that keeps a finalizer (Kueue's on the Pods it manages) stays
+        # in the API after the kubelet stopped it, and its phase says so.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             items = self.cp.kubectl_json("get", "pods", "--all-namespaces", "--field-selector", selector)["items"]
-            if not items:
+            running = [p for p in items if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+            if not running:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"Pods still on {self.name} after 60 s: "
-                           + ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in items))
+                           + ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in running))
 
     def _remove_containers(self) -> None:
         for line in self._ctr("tasks", "ls", timeout=30).stdout.splitlines()[1:]:
