@@ -15,7 +15,8 @@ from app.api.hook_docs import describe_hooks
 from app.control.sync import SyncSettings
 from app.kube.client import Kube, load_config
 from app.control.scaler import ScalerSettings
-from app.kube.executor import Executor, ScalerExecutor
+from app.kube.executor import Executor
+from app.kube.scaler_executor import ScalerExecutor
 from app.settings import Settings
 from app.web import hooks, scaler_hooks, webhooks
 from app.web.guard import BodyLimit

@@ -407,3 +407,32 @@ EVENT_REPLICAS_CONFLICT = "ReplicasConflict"
 # webhook client, Metacontroller's hook client) drops an idle connection itself: a server closing first
 # races the client's next request on that connection, which a POST sees as EOF (docs/operations.md#security).
 SERVER_KEEP_ALIVE_SECONDS = 120
+
+# --- Parking and waking: scale to zero, wake on request (docs/scale-to-zero.md) -------------------
+
+PHASE_IDLE = "Idle"
+# The deployment's own Ready condition: True when every declared replica is Ready; False
+# ScaledToZero when every role declares 0 replicas (parked), NotReady otherwise.
+COND_READY = "Ready"
+REASON_READY = "Ready"
+REASON_NOT_READY = "NotReady"
+REASON_SCALED_TO_ZERO = "ScaledToZero"
+REASON_PARKED = "Parked"
+EVENT_PARKED = "Parked"
+EVENT_WOKEN = "Woken"
+# spec.scaleToZero's defaults: units a wake sets, and how long a wake may take before held
+# requests are answered 503.
+DEFAULT_WAKE_REPLICAS = 1
+DEFAULT_WAKE_TIMEOUT = "15m"
+# Bounds of spec.scaleToZero's durations: idleness is written every 30 s, so a shorter idleAfter
+# would park on stale facts; a wake deadline under a minute cannot cover admission and model load.
+MIN_IDLE_AFTER_SECONDS = 60
+MIN_WAKE_TIMEOUT_SECONDS = 60
+MAX_WAKE_TIMEOUT_SECONDS = 24 * 3600
+# Annotations on the scaler, each with one writer (docs/scale-to-zero.md#field-ownership):
+# the activator asks for a wake (an RFC 3339 time, refreshed while it holds requests), the
+# operator's idleness reader records the last request the engines counted.
+ANNOTATION_WAKE_REQUESTED = "modeldeployment.gpustack.ai/wake-requested"
+ANNOTATION_LAST_REQUEST = "modeldeployment.gpustack.ai/last-request"
+# What the scaler learns of idleness is written at most this often per deployment.
+IDLENESS_WRITE_INTERVAL_SECONDS = 30.0

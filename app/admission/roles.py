@@ -255,6 +255,23 @@ def role_kinds(subject: Subject) -> list[Refusal]:
     return out
 
 
+def pair_parks_together(subject: Subject) -> list[Refusal]:
+    """Rule 22: a prefill/decode pair parks and wakes as a pair (docs/scale-to-zero.md#zero-replicas):
+    exactly one of the pair at 0 replicas would leave prefillers with no decoder, or the reverse."""
+    pair = [(i, r) for i, r in enumerate(subject.md.spec.roles)
+            if r.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE)]
+    parked = [(i, r) for i, r in pair if r.replicas == 0]
+    if len(pair) != 2 or len(parked) != 1:
+        return []
+    index, role = parked[0]
+    other = next(r for _, r in pair if r is not role)
+    return [Refusal(role_path(index, "replicas"),
+                    f"role {role.name!r} ({role.kind}) declares 0 replicas while its pair {other.name!r} "
+                    f"({other.kind}) declares {other.replicas}; a prefill/decode pair parks and wakes as a pair",
+                    f"set both roles' replicas to 0 to park the deployment, or both above 0 to serve (a "
+                    "ModelDeploymentScaler listing both roles moves them together)")]
+
+
 def engine_version(subject: Subject) -> list[Refusal]:
     """Rule 17: a role with no image has one synthesized from engine.version, so it must be set."""
     if subject.md.spec.engine.version:

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
-from app import vocab
+from app import durations, vocab
 from app.admission import review
 from app.admission.model import Refusal
 from app.api.objects import KubeObject
@@ -140,8 +140,65 @@ def pod_bound(s: ScalerSubject) -> list[Refusal]:
                     f"{POD_BOUND_REMEDY}")]
 
 
+def scale_to_zero_durations(s: ScalerSubject) -> list[Refusal]:
+    """spec.scaleToZero's durations within their bounds (docs/scale-to-zero.md#the-scaler-fields)."""
+    stz = s.scaler.spec.scale_to_zero
+    if stz is None:
+        return []
+    refusals = []
+    idle = durations.seconds(stz.idle_after)
+    if idle is not None and idle < vocab.MIN_IDLE_AFTER_SECONDS:
+        refusals.append(Refusal(
+            "spec.scaleToZero.idleAfter", f"{stz.idle_after} is shorter than {vocab.MIN_IDLE_AFTER_SECONDS}s; idleness "
+            f"is learned from the engines' counters at most every {int(vocab.IDLENESS_WRITE_INTERVAL_SECONDS)} s",
+            f"set idleAfter to {vocab.MIN_IDLE_AFTER_SECONDS}s or more (e.g. 15m)"))
+    wake = durations.seconds(stz.wake_timeout)
+    if wake is not None and not vocab.MIN_WAKE_TIMEOUT_SECONDS <= wake <= vocab.MAX_WAKE_TIMEOUT_SECONDS:
+        refusals.append(Refusal(
+            "spec.scaleToZero.wakeTimeout", f"{stz.wake_timeout} is outside {vocab.MIN_WAKE_TIMEOUT_SECONDS}s.."
+            f"{vocab.MAX_WAKE_TIMEOUT_SECONDS // 3600}h; a wake waits for Kueue admission, image pull and model load",
+            "set wakeTimeout in minutes (the default 15m suits most models)"))
+    return refusals
+
+
+def _pair(md: ModelDeployment) -> list[str]:
+    return [r.name for r in md.spec.roles if r.kind in (vocab.ROLE_KIND_PREFILL, vocab.ROLE_KIND_DECODE)]
+
+
+def pair_split(s: ScalerSubject) -> list[Refusal]:
+    """A prefill/decode pair parks and wakes as a pair: a scaler that can park (spec.replicas 0 or
+    scaleToZero) governs both roles of the pair or neither."""
+    md = s.deployment
+    if md is None or (s.scaler.spec.replicas > 0 and s.scaler.spec.scale_to_zero is None):
+        return []
+    pair = _pair(md)
+    governed = [name for name in pair if s.scaler.spec.role(name) is not None]
+    if len(pair) < 2 or len(governed) != 1:
+        return []
+    missing = next(name for name in pair if name not in governed)
+    return [Refusal(_role_path(s, governed[0]) + ".name",
+                    f"this scaler can park role {governed[0]!r} but not its pair {missing!r} of ModelDeployment "
+                    f"{md.metadata.name}; a prefill/decode pair parks and wakes as a pair",
+                    f"list role {missing!r} in spec.roles with its ratio (recreate the scaler: the role set is frozen)")]
+
+
+def parks_part(s: ScalerSubject) -> list[Refusal]:
+    """scaleToZero parks the whole deployment, so the scaler governs every role (a role left serving
+    would keep the deployment's endpoint on its Pods, and nothing would wake the rest)."""
+    md = s.deployment
+    if md is None or s.scaler.spec.scale_to_zero is None:
+        return []
+    ungoverned = [r.name for r in md.spec.roles if s.scaler.spec.role(r.name) is None]
+    if not ungoverned:
+        return []
+    return [Refusal("spec.scaleToZero",
+                    f"ModelDeployment {md.metadata.name} has role(s) {', '.join(ungoverned)} this scaler does not "
+                    "govern; scaleToZero parks the whole deployment",
+                    "list every role of the deployment in spec.roles, or remove spec.scaleToZero")]
+
+
 RULES = (frozen_deployment_ref, frozen_roles, duplicate_roles, governed_elsewhere, undeclared_roles, role_bound,
-         pod_bound)
+         pod_bound, scale_to_zero_durations, pair_split, parks_part)
 
 
 def judge(subject: ScalerSubject) -> list[Refusal]:

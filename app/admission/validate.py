@@ -49,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     roles.volumes,  # subPath and volume sources
     roles.operator_owned_mounts,  # 20
     roles.total_pods,  # 21
+    roles.pair_parks_together,  # 22
     cmdline.contract_arguments,  # 23
     cmdline.model_name_flag,  # 24
     pods.env_names,  # 25

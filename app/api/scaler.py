@@ -41,6 +41,28 @@ class ScalerRole(KubeModel):
     )
 
 
+# A Go-style duration ("90s", "15m", "1h30m"): what `kubectl` users write for a timeout.
+DURATION_PATTERN = r"^([0-9]+(s|m|h))+$"
+
+
+class ScaleToZero(KubeModel):
+    idle_after: str = Field(
+        pattern=DURATION_PATTERN, max_length=32,
+        description="Park (set spec.replicas to 0) when no request has reached the deployment for this long, "
+        f"e.g. 15m. At least {vocab.MIN_IDLE_AFTER_SECONDS}s: idleness is learned from the engines' request "
+        "counters, written at most every 30 s.",
+    )
+    wake_replicas: int = Field(
+        default=vocab.DEFAULT_WAKE_REPLICAS, ge=1, le=vocab.MAX_SCALER_REPLICAS,
+        description="Units a request to a parked deployment wakes it to (an HPA then scales from there).",
+    )
+    wake_timeout: str = Field(
+        default=vocab.DEFAULT_WAKE_TIMEOUT, pattern=DURATION_PATTERN, max_length=32,
+        description="How long a held request waits for the wake (Kueue admission, image pull, model load) "
+        "before it is answered 503 with Retry-After and the reason. Default 15m.",
+    )
+
+
 class ModelDeploymentScalerSpec(KubeModel):
     deployment_ref: DeploymentRef = Field(
         description="The ModelDeployment to scale, in this namespace. Frozen.",
@@ -59,8 +81,14 @@ class ModelDeploymentScalerSpec(KubeModel):
         ),
     ]
     replicas: int = Field(
-        default=1, ge=1, le=vocab.MAX_SCALER_REPLICAS,
-        description="Units: what HPA, KEDA and `kubectl scale` write through the scale subresource.",
+        default=1, ge=0, le=vocab.MAX_SCALER_REPLICAS,
+        description="Units: what HPA, KEDA and `kubectl scale` write through the scale subresource. 0 parks "
+        "the governed roles (no Pods, no Workloads, quota released).",
+    )
+    scale_to_zero: ScaleToZero | None = Field(
+        default=None,
+        description="Park the deployment when no request reached it for idleAfter, and wake it on the next "
+        "request (docs/scale-to-zero.md). Absent: the scaler never parks on its own.",
     )
 
     def role(self, name: str) -> ScalerRole | None:
@@ -96,6 +124,12 @@ class ModelDeploymentScalerStatus(KubeModel):
                                  "Pods and Resource metrics).")
     role_ratios: str | None = Field(default=None, description="The roles and ratios, e.g. prefill×1,decode×2.")
     roles: Annotated[list[ScalerRoleStatus], Field(json_schema_extra=list_map("name"))] = Field(default_factory=list)
+    last_request_time: str | None = Field(default=None, description="The last time the engines counted a request "
+                                          "(or the activator held one), as the operator learned it.")
+    parked_since: str | None = Field(default=None, description="When the deployment was parked (spec.replicas 0); "
+                                     "absent while it serves.")
+    phase: str | None = Field(default=None, description="Parked (0 units), Waking (units declared, none Ready) or "
+                              "Serving.")
     conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(default_factory=list)
 
 

@@ -191,10 +191,11 @@ class Role(KubeModel):
                            json_schema_extra=frozen("roles[].kind", in_role=True))
     replicas: int = Field(
         default=1,
-        ge=1,
+        ge=0,
         le=vocab.MAX_ROLE_REPLICAS,
         description="Independent serving instances. Changing it adds or removes instances; survivors "
-        "are not restarted.",
+        "are not restarted. 0 parks the role: no Pods and no Kueue Workloads, its Services stay "
+        "(a prefill/decode pair parks and wakes as a pair).",
     )
     size: int = Field(
         default=1,
@@ -256,6 +257,17 @@ class Role(KubeModel):
         return self.kind.lower()
 
 
+# A prefill/decode pair parks and wakes as a pair (docs/scale-to-zero.md#zero-replicas): either
+# both roles declare 0 replicas or neither does. Admission rule 22 says the same with a field path.
+PAIR_PARKS_TOGETHER_CEL = (
+    "!(self.exists(r, has(r.kind) && r.kind == 'Prefill') && self.exists(r, has(r.kind) && r.kind == 'Decode')) || "
+    "self.filter(r, has(r.kind) && r.kind in ['Prefill', 'Decode']).all(r, has(r.replicas) && r.replicas == 0) || "
+    "self.filter(r, has(r.kind) && r.kind in ['Prefill', 'Decode']).all(r, !has(r.replicas) || r.replicas > 0)")
+PAIR_PARKS_TOGETHER_MESSAGE = (
+    "a prefill/decode pair parks and wakes as a pair: exactly one of the Prefill and Decode roles declares 0 "
+    "replicas; set both to 0 to park the deployment, or both above 0 to serve")
+
+
 class ModelDeploymentSpec(KubeModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         frozen_presence("spec.kvCache", "kvCache"),
@@ -278,6 +290,7 @@ class ModelDeploymentSpec(KubeModel):
             max_length=vocab.MAX_ROLES,
             description="1 to 10 inference roles. The set of roles cannot be edited after creation.",
             json_schema_extra={**list_map("name"), "x-kubernetes-validations": [cel(
+                PAIR_PARKS_TOGETHER_CEL, PAIR_PARKS_TOGETHER_MESSAGE, reason="FieldValueInvalid"), cel(
                 "self.size() == oldSelf.size() && self.all(r, oldSelf.exists(o, o.name == r.name))",
                 "the set of roles (their names) is frozen: a role added, removed or renamed describes a different "
                 "deployment, which is created rather than edited: create another ModelDeployment that declares it",
@@ -363,8 +376,8 @@ class RouterStatus(KubeModel):
 
 class ModelDeploymentStatus(KubeModel):
     observed_generation: int | None = Field(default=None, description="Set by Metacontroller.")
-    phase: Literal["Starting", "Ready", "Degraded", "Deleting"] | None = Field(
-        default=None, description="Starting, Ready, Degraded or Deleting."
+    phase: Literal["Starting", "Ready", "Degraded", "Idle", "Deleting"] | None = Field(
+        default=None, description="Starting, Ready, Degraded, Idle (every role at 0 replicas: parked) or Deleting."
     )
     phase_message: str | None = None
     endpoint: str | None = Field(default=None, description="In-cluster URL callers use.")

@@ -95,4 +95,17 @@ class ApplyRoleReplicas:
     replicas: tuple[tuple[str, int], ...]  # (role, replicas), in the scaler's role order
 
 
-Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | ApplyRoleReplicas
+@dataclass(frozen=True)
+class SetScalerUnits:
+    """A scaler's park or wake: its own `spec.replicas` from `current` to `units` (JSON patch with the
+    scaler's uid and the current value as preconditions, so a concurrent HPA or user write wins and
+    the next pass decides again; docs/scale-to-zero.md#field-ownership)."""
+
+    namespace: str
+    scaler: str
+    scaler_uid: str
+    current: int
+    units: int
+
+
+Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | ApplyRoleReplicas | SetScalerUnits

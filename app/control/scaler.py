@@ -18,7 +18,8 @@ from app.api.objects import KubeObject
 from app.api.scaler import ModelDeploymentScaler, ScalerHookRequest
 from app.api.v1 import ModelDeployment
 from app.control.bounds import REMEDY as POD_BOUND_REMEDY
-from app.control.intents import ApplyRoleReplicas, Intent, RecordEvent, parent_event
+from app.control import parking
+from app.control.intents import ApplyRoleReplicas, Intent, RecordEvent, SetScalerUnits, parent_event
 from app.control.status import merge_conditions
 from app.model.condition import ConditionValue
 
@@ -210,6 +211,9 @@ def _active(status: str, reason: str, message: str) -> ConditionValue:
 
 def quota_condition(md: ModelDeployment | None, facts: list[RoleFacts]) -> ConditionValue:
     t = vocab.COND_SCALER_QUOTA_RESERVED
+    if md is not None and facts and all(f.desired == 0 and f.declared == 0 for f in facts):
+        return ConditionValue(t, "Unknown", vocab.REASON_PARKED, "parked: no replica of the governed roles asks for "
+                              "quota (docs/scale-to-zero.md#how-quota-moves)")
     if md is None or any(f.declared == 0 for f in facts):
         return ConditionValue(t, "Unknown", vocab.REASON_DEPLOYMENT_UNKNOWN,
                               "the deployment or one of its governed roles is not there to report quota")
@@ -241,14 +245,38 @@ def _event(scaler: ModelDeploymentScaler, reason: str, type_: str, message: str)
 def _status(scaler: ModelDeploymentScaler, facts: list[RoleFacts], values: list[ConditionValue],
             now: str) -> KubeObject:
     previous = (scaler.status or {}).get("conditions") or []
-    return {
+    out: KubeObject = {
         "replicas": units(facts, "declared"),
         "readyReplicas": units(facts, "ready"),
         "selector": selector(scaler),
         "roleRatios": role_ratios(scaler),
         "roles": [{"name": f.name, "desired": f.desired, "declared": f.declared, "ready": f.ready} for f in facts],
+        "phase": parking.state(scaler, units(facts, "ready")),
         "conditions": merge_conditions(values, previous, scaler.metadata.generation, now),
     }
+    if scaler.spec.scale_to_zero is not None:
+        out["lastRequestTime"] = parking.last_activity(scaler, now)
+    since = parking.parked_since(scaler, now)
+    if since is not None:
+        out["parkedSince"] = since
+    return out
+
+
+def park_or_wake(result: ScalerResult, decision: parking.Decision, facts: list[RoleFacts],
+                 quota: ConditionValue, now: str) -> ScalerResult:
+    """The pass that parks or wakes: the scaler's own units are set, and the next pass (the spec
+    changed) writes the roles (docs/scale-to-zero.md#idle-after)."""
+    scaler = result.scaler
+    assert scaler is not None and decision.units is not None
+    result.intents.append(SetScalerUnits(namespace=scaler.metadata.namespace, scaler=scaler.metadata.name,
+                                         scaler_uid=scaler.metadata.uid, current=scaler.spec.replicas,
+                                         units=decision.units))
+    result.intents.append(_event(scaler, decision.reason, vocab.EVENT_TYPE_NORMAL, decision.message))
+    active = _active("True", vocab.REASON_SCALER_SYNCED, decision.message)
+    result.status = _status(scaler, facts, [active, quota], now)
+    if decision.units == 0:
+        result.status["parkedSince"] = now
+    return result
 
 
 def _conflict_message(md: ModelDeployment, deployment: KubeObject, changed: list[RoleFacts]) -> str:
@@ -287,6 +315,11 @@ def plan(request: ScalerHookRequest, settings: ScalerSettings, *, now: str) -> S
     refusal = step_refusal(scaler, md, settings.max_pods_per_deployment)
     if refusal is not None:
         return refused(result, refusal, now)
+    last = parking.last_activity(scaler, now)
+    decision = parking.decide(scaler, md.metadata.name, last, parking.parked_since(scaler, now), now)
+    if decision.units is not None:
+        return park_or_wake(result, decision, facts, quota, now)
+    result.resync_after = parking.seconds_until_idle(scaler, last, now)
     assert deployment is not None
     changed = conflict(scaler.status, facts)
     differs = any(f.declared != f.desired for f in facts)

@@ -215,11 +215,32 @@ def _lost_instances(md: ModelDeployment, ready_by_role: dict[str, int]) -> list[
     return lost
 
 
+def parked(md: ModelDeployment) -> bool:
+    """Every role declares 0 replicas (docs/scale-to-zero.md#zero-replicas): no Pods, no Workloads."""
+    return all(role.replicas == 0 for role in md.spec.roles)
+
+
+PARKED_MESSAGE = ("every role declares 0 replicas: no Pods and no Kueue Workloads (quota released); a request to the "
+                  "endpoint wakes it when a ModelDeploymentScaler with scaleToZero governs it, or set replicas")
+
+
+def ready(phase: str, phase_message: str) -> ConditionValue:
+    """Ready: True when every declared replica is Ready, False ScaledToZero while parked."""
+    t = vocab.COND_READY
+    if phase == vocab.PHASE_READY:
+        return _cond(t, "True", vocab.REASON_READY, phase_message)
+    if phase == vocab.PHASE_IDLE:
+        return _cond(t, "False", vocab.REASON_SCALED_TO_ZERO, PARKED_MESSAGE)
+    return _cond(t, "False", vocab.REASON_NOT_READY, phase_message)
+
+
 def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role: dict[str, int]) -> tuple[str, str]:
     """Degraded means a role lost Ready instances (and stays so until all are back); a scale-up of a
-    Ready deployment is Starting its new replicas, not Degraded."""
+    Ready deployment is Starting its new replicas, not Degraded. Every role at 0 is Idle (parked)."""
     if finalizing or md.metadata.deletion_timestamp:
         return vocab.PHASE_DELETING, "the deployment is being deleted"
+    if parked(md):
+        return vocab.PHASE_IDLE, PARKED_MESSAGE
     if all_ready:
         return vocab.PHASE_READY, "every declared replica is Ready"
     if _lost_instances(md, ready_by_role) or (md.status or {}).get("phase") == vocab.PHASE_DEGRADED:
@@ -303,6 +324,7 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
         phase_message = f"{phase_message}; {stall_note}"
     values = conditions(ctx, renders, plans, router=router, observed_router=observed_router,
                         total_ready=sum(r["ready"] for r in role_statuses), ready_by_kind=ready_by_kind)
+    values.append(ready(phase, phase_message))
     previous = (ctx.md.status or {}).get("conditions") or []
     out: dict[str, Any] = {
         "phase": phase,

@@ -180,6 +180,22 @@ class Kube:
             raise
         return None
 
+    async def set_scaler_units(self, namespace: str, name: str, uid: str, current: int, units: int) -> str | None:
+        """A scaler's own spec.replicas from `current` to `units` (park or wake), a JSON patch whose tests
+        tie it to the scaler's uid and the value the pass saw. None when written; the API server's
+        message when refused (a failed test: someone else scaled it since), which the next pass reads."""
+        body = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "test", "path": "/spec/replicas", "value": current},
+                {"op": "replace", "path": "/spec/replicas", "value": units}]
+        try:
+            await self.client.patch(ScalerRes, name, body, namespace=namespace, patch_type=PatchType.JSON,
+                                    field_manager=vocab.SCALER_FIELD_MANAGER)
+        except ApiError as exc:
+            if exc.status.code in (400, 403, 404, 409, 422):
+                return str(exc.status.message or exc)
+            raise
+        return None
+
     async def workload(self, namespace: str, name: str) -> KubeObject | None:
         try:
             return _plain(await self.client.get(WorkloadRes, name, namespace=namespace))

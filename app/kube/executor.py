@@ -43,7 +43,8 @@ from lightkube.core.exceptions import ApiError
 from app import vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import ApplyRoleReplicas, DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
+from app.control.intents import (ApplyRoleReplicas, DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck,
+                                  SetScalerUnits)
 from app.kube.client import Kube
 from app.render import names
 
@@ -182,7 +183,7 @@ def foreign(intent: Intent, parent: ParentRef, groups: dict[str, tuple[str, int]
     """Why an intent is not about the parent (None when it is)."""
     if intent.namespace != parent.namespace:
         return f"namespace {intent.namespace!r} is not the parent's {parent.namespace!r}"
-    if isinstance(intent, ApplyRoleReplicas):
+    if isinstance(intent, (ApplyRoleReplicas, SetScalerUnits)):
         return "a replicas write belongs to a ModelDeploymentScaler's pass"
     if isinstance(intent, RecordEvent):
         if (intent.involved_kind, intent.deployment, intent.deployment_uid) != (parent.kind, parent.name, parent.uid):
@@ -373,7 +374,7 @@ class Executor:
         elif isinstance(intent, RecordEvent):
             if await record_event(self.kube, intent):
                 self.events.put((intent.namespace, intent.name), True)
-        elif isinstance(intent, ApplyRoleReplicas):
+        elif isinstance(intent, (ApplyRoleReplicas, SetScalerUnits)):
             log.warning("dropped a replicas write outside a scaler pass: %s", intent)
         elif isinstance(intent, SetAdmissionCheck):
             try:
@@ -424,71 +425,3 @@ def _workload_of(intent: Intent) -> str | None:
     if isinstance(intent, SetAdmissionCheck):
         return intent.workload
     return None
-
-
-# --- a ModelDeploymentScaler's pass (docs/autoscaling.md#trust) -----------------------------------
-
-
-async def confirm_scaler(kube: Kube, parent: ParentRef) -> KubeObject:
-    """The live scaler, or ParentMismatch when it is not the one the request names."""
-    return matching(await kube.scaler(parent.namespace, parent.name), parent)
-
-
-def scaler_write_problem(intent: ApplyRoleReplicas, parent: ParentRef, live: KubeObject) -> str | None:
-    """Why a replicas write is not exactly what the live scaler asks for (None when it is): only the
-    deployment its deploymentRef names, in its namespace, only its roles, each at ratio × replicas."""
-    if intent.namespace != parent.namespace:
-        return f"namespace {intent.namespace!r} is not the scaler's {parent.namespace!r}"
-    spec = live.get("spec") or {}
-    target = (spec.get("deploymentRef") or {}).get("name")
-    if intent.deployment != target:
-        return f"deployment {intent.deployment!r} is not the one the scaler names ({target!r})"
-    units = spec.get("replicas", 1)
-    roles = spec.get("roles") or []
-    wanted = tuple((r.get("name"), r.get("ratio", 1) * units) for r in roles if isinstance(r, dict))
-    if intent.replicas != wanted:
-        return f"replicas {intent.replicas} are not the live scaler's {wanted} (it changed since; the next pass writes)"
-    return None
-
-
-class ScalerExecutor:
-    """Carries out one scaler pass's intents: confirm the scaler, write, then record the Events.
-
-    `run` answers the API server's refusal of the write (a webhook's message), so the pass can
-    report it; any other failure raises and the hook answers 5xx (Metacontroller retries)."""
-
-    def __init__(self, kube: Kube | None) -> None:
-        self.kube = kube
-
-    async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> str | None:
-        intents = list(intents)
-        if not intents:
-            return None
-        if self.kube is None:
-            for intent in intents:
-                log.info("no API server: skipped %s", intent)
-            return None
-        live = await confirm_scaler(self.kube, parent)
-        refusal = None
-        for intent in intents:
-            if isinstance(intent, ApplyRoleReplicas):
-                problem = scaler_write_problem(intent, parent, live)
-                if problem is not None:
-                    log.warning("dropped a replicas write of %s/%s: %s", parent.namespace, parent.name, problem)
-                    continue
-                refusal = await self.kube.apply_role_replicas(intent.namespace, intent.deployment,
-                                                              intent.deployment_uid, intent.replicas)
-                if refusal is None:
-                    log.info("scaler %s/%s set %s on %s", parent.namespace, parent.name, intent.replicas,
-                             intent.deployment)
-        await self.record(parent, [i for i in intents if isinstance(i, RecordEvent)])
-        return refusal
-
-    async def record(self, parent: ParentRef, events: list[RecordEvent]) -> None:
-        assert self.kube is not None
-        for event in events:
-            problem = foreign(event, parent, {})
-            if problem is not None:
-                log.warning("dropped an Event of scaler %s/%s: %s (%s)", parent.namespace, parent.name, problem, event)
-                continue
-            await record_event(self.kube, event)

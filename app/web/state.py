@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from app.control.scaler import ScalerSettings
 from app.control.sync import SyncSettings
 from app.kube.client import Kube
-from app.kube.executor import Executor, ScalerExecutor
+from app.kube.executor import Executor
+from app.kube.scaler_executor import ScalerExecutor
 from app.settings import Settings
 from app.world import DirectoryWorld
 

@@ -220,7 +220,7 @@ def test_malformed_reviews_get_a_well_formed_refusal(body: dict[str, Any]) -> No
 
 
 def test_an_unparseable_object_is_refused_with_schema_paths() -> None:
-    obj = md({"name": "A_B", "instanceType": A10G, "replicas": 0})
+    obj = md({"name": "A_B", "instanceType": A10G, "replicas": -1})
     status = validate(admission_review(obj))["response"]["status"]
     fields = {c["field"] for c in status["details"]["causes"]}
     assert {"spec.roles[0].name", "spec.roles[0].replicas"} <= fields

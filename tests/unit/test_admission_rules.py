@@ -430,6 +430,11 @@ CASES: list[Case] = [
     Case("volume-two-sources", server(additionalVolumes=[{"mountPath": "/data", "secret": {"name": "s"},
                                                           "configMap": {"name": "c"}}]),
          "spec.roles[0].additionalVolumes[0]", "2 sources"),
+    # 22: a prefill/decode pair parks and wakes as a pair (docs/scale-to-zero.md#zero-replicas) ----
+    Case("22-prefill-parked-alone", pair(prefill={"replicas": 0}), "spec.roles[0].replicas",
+         "declares 0 replicas while its pair 'decode'", says_also=["both roles' replicas to 0"]),
+    Case("22-decode-parked-alone", pair(decode={"replicas": 0}, prefill={"replicas": 2}), "spec.roles[1].replicas",
+         "parks and wakes as a pair"),
     # shape the API server's list-map keys enforce (offline runs included) -----------------------
     Case("duplicate-role", with_(server(), lambda o: spec(o)["roles"].append(copy.deepcopy(role0(o)))),
          "spec.roles[1].name", "already used"),
@@ -522,6 +527,8 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
         name="vllm-router", extraArgs=["--poli", "x"])), None),
     ("version-empty-all-images", with_(server(image="mine"), lambda o: spec(o)["engine"].pop("version")), None),
     ("replicas-edit", server(replicas=5), server()),
+    ("server-parked", server(replicas=0), server()),
+    ("pair-parked", pair(prefill={"replicas": 0}, decode={"replicas": 0}), pair()),
     ("router-added", with_(pair(), lambda o: spec(o).pop("router")), pair()),
     ("router-removed", pair(), with_(pair(), lambda o: spec(o).pop("router"))),
     ("stored-role-keeps-its-name", with_(server(), lambda o: o["metadata"].update(name="qwen.chat")),

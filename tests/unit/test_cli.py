@@ -64,9 +64,9 @@ class Broken:
 BROKEN_FILES = [
     Broken("typo-replica", 1, "spec.roles[0].replica", ("unknown field 'replica'", "rename it to 'replicas'")),
     Broken("engine-lowercase", 1, "spec.engine.name", ("'vllm' is not one of", "did you mean 'vLLM'", "set name: vLLM")),
-    Broken("replicas-word", 1, "spec.roles[0].replicas", ("'two' is not a whole number", "from 1 to 1024")),
+    Broken("replicas-word", 1, "spec.roles[0].replicas", ("'two' is not a whole number", "from 0 to 1024")),
     Broken("replicas-quoted", 1, "spec.roles[0].replicas", ("'2' is a string", "without quotes: replicas: 2")),
-    Broken("replicas-negative", 1, "spec.roles[0].replicas", ("-1 is below the minimum of 1", "from 1 to 1024")),
+    Broken("replicas-negative", 1, "spec.roles[0].replicas", ("-1 is below the minimum of 0", "from 0 to 1024")),
     Broken("size-zero", 1, "spec.roles[0].size", ("0 is below the minimum of 1", "from 1 to 64")),
     Broken("no-instance-type", 1, "spec.roles[0].instanceType", ("required and missing", "add instanceType:")),
     Broken("no-model", 1, "spec.model", ("required and missing", "add model: {name:")),

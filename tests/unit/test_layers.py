@@ -12,7 +12,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 # Bottom first. A module belongs to the first entry naming it or a package above it; imports within
 # one layer are free, imports of a higher layer are not.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaf utilities", ("app.vocab", "app.quantity", "app.timestamps", "app.logs")),
+    ("leaf utilities", ("app.vocab", "app.quantity", "app.timestamps", "app.durations", "app.logs")),
     ("api", ("app.api",)),
     ("world", ("app.world", "app.yamlread")),
     ("model", ("app.model",)),
@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("render", ("app.render",)),
     ("control", ("app.control",)),
     ("admission/kube", ("app.admission", "app.kube", "app.settings")),
+    ("activator", ("app.activator",)),
     ("web", ("app.web",)),
     ("entry points", ("app.cli", "app.main")),
 ]
@@ -98,3 +99,15 @@ def test_the_reader_sees_every_form_of_import(tmp_path: Path) -> None:
                      "def f():\n    from app.web.state import State\n")
     assert imported("app.render.probe", probe, modules()) == {
         "app.vocab", "app.control.status", "app.render.names", "app.web.state"}
+
+
+def test_the_activator_is_data_plane() -> None:
+    """The activator (docs/scale-to-zero.md#the-activator) holds, wakes and forwards; it never plans or
+    renders, so it imports nothing from app.control, app.render or app.web."""
+    known = modules()
+    for module, path in known.items():
+        if module.split(".")[:2] != ["app", "activator"]:
+            continue
+        for target in imported(module, path, known):
+            assert target.split(".")[:2] not in (["app", "control"], ["app", "render"], ["app", "web"]), \
+                f"{module} imports {target}"

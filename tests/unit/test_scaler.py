@@ -14,7 +14,8 @@ from app.api.scaler import ModelDeploymentScaler, scaler_hook_request, target_of
 from app.api.v1 import ModelDeployment
 from app.control import scaler as scaling
 from app.control.intents import ApplyRoleReplicas, RecordEvent
-from app.kube.executor import ParentMismatch, ParentRef, ScalerExecutor, scaler_write_problem
+from app.kube.executor import ParentMismatch, ParentRef
+from app.kube.scaler_executor import ScalerExecutor, scaler_write_problem
 from tests.conftest import example
 
 NOW = "2026-12-01T00:00:00Z"
@@ -431,7 +432,7 @@ def test_validate_judges_a_scaler_against_the_deployment_in_the_same_file(tmp_pa
 
 
 def test_validate_reports_a_scaler_that_does_not_match_the_schema(tmp_path):
-    broken = scaler_object(0)
+    broken = scaler_object(-1)
     code, text = _validate(tmp_path, broken)
     assert code == 1 and "spec.replicas" in text
 

@@ -89,7 +89,7 @@ def test_api_version_and_kind_are_checked(api_version: str, kind: str, path: str
 
 
 def test_schema_errors_and_rule_refusals_are_reported_together() -> None:
-    obj = server(replicas=0, imagePullPolicy="Sometimes", extraArgs=["--kv-events-config", "{}"])
+    obj = server(replicas=-1, imagePullPolicy="Sometimes", extraArgs=["--kv-events-config", "{}"])
     paths = {r.path for r in validate(obj, None, WORLD).refusals}
     assert {"spec.roles[0].replicas", "spec.roles[0].imagePullPolicy", "spec.roles[0].extraArgs[0]"} <= paths
 
