@@ -10,7 +10,7 @@ samples (one operator replica, so no freshest-replica filter is needed), with a 
 where the dashboard says $__rate_interval, and drawn with matplotlib. Every time axis is the wall
 clock in seconds since the first scrape; the run's steps are marked on it.
 
-    pip install matplotlib prometheus-client
+    pip install -e '.[dashboard]'       # matplotlib (prometheus-client is a dependency already)
     scripts/dashboard_png.py SAMPLES.jsonl[.gz] docs/images/dashboard.png
 """
 
@@ -255,9 +255,23 @@ def draw(scrapes, steps, out: Path) -> None:
     fig.savefig(out, dpi=72)
 
 
+MISSING_MATPLOTLIB = ("error: scripts/dashboard_png.py draws with matplotlib, which is not installed here — install "
+                     "the project's dashboard extra: .venv/bin/pip install -e '.[dashboard]' (or pip install matplotlib)")
+
+
+def matplotlib_missing() -> bool:
+    """Whether matplotlib cannot be imported (checked before the samples are read)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
+        return 2
+    if matplotlib_missing():
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
         return 2
     scrapes, steps = load(Path(argv[1]))
     if len(scrapes) < 2:

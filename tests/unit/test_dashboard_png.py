@@ -59,3 +59,18 @@ def test_the_committed_run_fills_every_panel():
                                               "modeldeployment.json").read_text())["panels"])
     for title, _, _, data in panels:
         assert any(v > 0 for _, values in data.values() for v in values), f"panel without data: {title}"
+
+
+def test_a_missing_matplotlib_is_one_line_naming_the_extra(tmp_path: Path, capsys, monkeypatch) -> None:
+    mod = module()
+    monkeypatch.setattr(mod, "matplotlib_missing", lambda: True)
+    assert mod.main(["dashboard_png.py", str(SAMPLES), str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and ".[dashboard]" in err and "Traceback" not in err
+
+
+def test_the_dashboard_extra_is_declared() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(req.startswith("matplotlib") for req in extras["dashboard"])
