@@ -78,6 +78,21 @@ NEEDED_BINARIES = ("kubelet", "kube-proxy", "coredns", "pause")
 SETUP_HINT = "scripts/setup-node.sh installs containerd, runc, CNI plugins, iptables (apt, as root)"
 
 
+def normalize_image(ref: str) -> str:
+    """The name containerd's CRI looks an image up by (docker's normalization): a Pod's
+    ``vllm/vllm-openai:v1`` is ``docker.io/vllm/vllm-openai:v1``, ``busybox`` is
+    ``docker.io/library/busybox:latest``. An image stored under another spelling is not found."""
+    name, digest = (ref.split("@", 1) + [""])[:2]
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif not ("." in first or ":" in first or first == "localhost"):
+        name = f"docker.io/{name}"
+    if not digest and ":" not in name.rsplit("/", 1)[1]:
+        name += ":latest"
+    return f"{name}@{digest}" if digest else name
+
+
 class RealNodeUnavailable(RuntimeError):
     """This machine cannot run the real node; the message is one line saying why."""
 
@@ -379,10 +394,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         tarball brought is tagged with each reference). Blank lines and ``#`` comments are ignored."""
         listing = next((stub_dir / n for n in ("images.txt", "images.list", "images")
                         if (stub_dir / n).is_file()), None)
-        if listing is None:
-            return
         have = set(self._ctr("images", "ls", "-q").stdout.split())
-        for line in listing.read_text().splitlines():
+
+        def tag(source: str, ref: str) -> None:
+            # Under the normalized name: the kubelet asks the CRI for the Pod's spelling, and the
+            # CRI normalizes it before looking it up.
+            ref = normalize_image(ref)
+            if ref not in have:
+                self._ctr("images", "tag", "--force", source, ref)
+                have.add(ref)
+                self.images.append(ref)
+
+        for names in imported.values():
+            for name in names:
+                tag(name, name)
+        for line in listing.read_text().splitlines() if listing else []:
             words = line.split("#", 1)[0].split()
             if not words:
                 continue
@@ -391,12 +417,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 if not sources:
                     raise RuntimeError(f"{listing}: {words[0]} imported no image")
                 for ref in words[1:]:
-                    if ref not in have:
-                        self._ctr("images", "tag", "--force", sources[0], ref)
-                        have.add(ref)
-                        self.images.append(ref)
+                    tag(sources[0], ref)
             else:
-                missing = [r for r in words if r not in have and not r.endswith((".tar", ".tar.gz"))]
+                missing = [r for r in words if normalize_image(r) not in have
+                           and not r.endswith((".tar", ".tar.gz"))]
                 if missing:
                     raise RuntimeError(f"{listing} lists {', '.join(missing)}, which no tarball in "
                                        f"{stub_dir} brought (imported: {sorted(have)})")
