@@ -778,7 +778,8 @@ class RealPool:
     operator's CRDs must be installed before it is applied (md_operator.start_operator does).
     """
 
-    def __init__(self, cp: "ControlPlane", node: RealNode, admission_checks: Sequence[str] = ()) -> None:
+    def __init__(self, cp: "ControlPlane", node: RealNode, admission_checks: Sequence[str] = (),
+                 topology: str | None = None) -> None:
         self.cp = cp
         self.node = node
         self.instance_type = node.instance_type
@@ -786,6 +787,9 @@ class RealPool:
         self.cluster_queue = node.instance_type
         self.local_queue_name = node.instance_type
         self.admission_checks = tuple(admission_checks)
+        #: A Kueue Topology name for the flavor (e.g. manifests/kueue's "gpustack-rack-host", once
+        #: applied); the node carries its levels' labels (rack, hostname).
+        self.topology = topology
 
     def kueue_objects(self) -> list[dict[str, Any]]:
         cq_spec: dict[str, Any] = {
@@ -809,7 +813,8 @@ class RealPool:
              "spec": {"nodeLabels": {"gpustack.ai/instance-type": self.instance_type},
                       # Kueue adds these to the Pods it admits with this flavor.
                       "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Equal", "value": "true",
-                                       "effect": "NoSchedule"}]}},
+                                       "effect": "NoSchedule"}],
+                      **({"topologyName": self.topology} if self.topology else {})}},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
              "metadata": {"name": self.cluster_queue}, "spec": cq_spec},
         ]
@@ -840,6 +845,16 @@ class RealPool:
                                   "memory": "24Gi", "runtimeVersion": "12.9", "runtimeVersions": ["12.9"]},
                        "accelerator": {"capacity": gpus, "remaining": gpus, "onceMaxRequest": gpus}},
         }
+
+    def apply_instance_type(self) -> dict[str, Any]:
+        """Apply :meth:`instance_type_object`, its status through the status subresource (as an
+        inventory controller fills it); the operator's CRDs must exist."""
+        obj = self.instance_type_object()
+        status = obj.pop("status")
+        self.cp.apply(obj)
+        self.cp.kubectl("patch", "instancetypes.worker.gpustack.ai", self.instance_type, "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": status}))
+        return {**obj, "status": status}
 
     def pod(self, name: str, namespace: str, image: str, gpus: int = 0, **spec: Any) -> dict[str, Any]:
         """A plain Pod in this pool's LocalQueue (create the queue first): Kueue admits it with the
