@@ -118,13 +118,23 @@ def service_labels(subject: Subject) -> list[Refusal]:
     deployment = subject.md.metadata.name
     new_roles = any(subject.old_role(role.name) is None for role in subject.md.spec.roles)
     new_router = subject.md.spec.router is not None and (subject.old is None or subject.old.spec.router is None)
+    services = [names.role_service(deployment, role.name) for role in subject.md.spec.roles]
+    if subject.md.spec.router is not None:
+        services.append(names.router(deployment))
+    shown = ", ".join(repr(s) for s in services)
     if (new_roles or new_router) and not names.DNS1035_LABEL.match(deployment):
         # The deployment's own name is at fault (a capital, '_', a dot, a digit first): no role name fixes it.
         return [Refusal("metadata.name", f"{deployment!r} begins the name of each of the deployment's Services "
-                        f"('{deployment}-<role>', '{deployment}-router'), which must be a DNS-1035 label (a lowercase "
+                        f"({shown}), which must be a DNS-1035 label (a lowercase "
                         "letter first, then lowercase letters, digits and '-', no dot)",
                         f"create the deployment under a name such as {fields.suggested_name(deployment)!r} (a "
                         "deployment's name cannot change)")]
+    if (new_roles or new_router) and len(deployment) + 2 > names.LABEL_MAX:
+        # Too long for any role name: the deployment's name is the field to change.
+        return [Refusal("metadata.name", f"{deployment!r} is {len(deployment)} characters and begins the name of each "
+                        f"of the deployment's Services ({shown}), which hold at most {names.LABEL_MAX}",
+                        f"create the deployment under a name of at most {names.LABEL_MAX - 1 - max(len(s) - len(deployment) - 1 for s in services)} "
+                        "characters (a deployment's name cannot change)")]
     for index, role in enumerate(subject.md.spec.roles):
         if subject.old_role(role.name) is not None:
             continue

@@ -342,3 +342,22 @@ def test_no_refusal_speaks_python(data: st.DataObject) -> None:
     (judged,) = judge_documents(docs, [], World.of([]), kv_cache_dtype_owned=True)
     text = judged.label + "\n" + judged.verdict.message + "\n".join(judged.verdict.warnings)
     assert not re.search(r"\bNone\b(?!')|\bb'|<[A-Z][a-z]", text.replace("'None'", "")), text
+
+
+def test_a_scaler_the_model_cannot_read_is_refused_in_the_api_servers_words() -> None:
+    """A /scale write past a bound reaches the scaler webhook without the API server's check of the
+    whole object: its refusal still reads like the API server's, not like pydantic's."""
+    from app.admission.scaler import parse_refusals
+
+    doc = yaml.safe_load(SCALER)
+    doc["spec"]["replicas"] = 10**6
+    scaler, refusals = parse_refusals(doc)
+    assert scaler is None and [r.path for r in refusals] == ["spec.replicas"]
+    assert "above the maximum" in refusals[0].problem and "Input should" not in str(refusals[0])
+
+
+@pytest.mark.parametrize("name,says", [("qwen.chat", "'qwen.chat-server'"), ("q" * 70, "at most 56 characters")])
+def test_a_deployment_name_refusal_names_the_services_and_the_field(tmp_path: Path, name: str, says: str) -> None:
+    code, out, _err = validate_text(tmp_path, QWEN.replace("name: qwen-chat", f"name: {name}", 1))
+    assert code == 1 and says in out
+    assert f"metadata.name: '{name}'" in out

@@ -23,9 +23,6 @@ ENTRY_POINT = re.compile(r"\bapp(?:\.\w+)+:(\w+)")
 # Called by something other than this repository's code, each with why.
 ALLOWED: dict[str, str] = {
     "ignore_aliases": "PyYAML's dumper calls it: app/cli.py's _PlainDumper overrides it to write no anchors",
-    # The offline commands print scaler verdicts through app.admission.review.judge_documents now; the
-    # old printer goes once the scale-to-zero change to app/admission/scaler.py is committed.
-    "print_scaler_verdicts": "superseded by review.judge_documents; removed with the next edit of scaler.py",
 }
 # Decorators through which a framework registers and calls a function (FastAPI routes and
 # handlers, pydantic validators and serializers).
