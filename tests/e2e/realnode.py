@@ -23,12 +23,13 @@ Layout (tests/e2e/README.md, "The real node"):
   capacity it does not manage itself).
 
 Teardown (:meth:`RealNode.stop`): cordon, delete the node's Pods while the kubelet still runs and
-wait until they are gone (the kubelet stops their containers and sandboxes, unmounts volumes,
-releases addresses); then kill and delete whatever task is left through containerd; stop the
-kubelet, kube-proxy, CoreDNS and containerd by PID, then any shim of ours; unmount what is still
-mounted under ``<work>/node`` and the sandboxes' network namespaces; delete our network namespace
-(the veth pair, the bridge and every iptables rule with it); remove our cgroups. Stopping the
-kubelet first would leave shims and mounts behind.
+wait until they are gone or finished (the kubelet stops their containers and sandboxes, unmounts
+volumes, releases addresses); stop CoreDNS, kube-proxy and the kubelet by PID; kill and delete
+whatever task and container is left through containerd, then stop it, then any shim of ours;
+unmount what is still mounted under ``<work>/node`` and the sandboxes' network namespaces; delete
+our network namespace (the veth pair, the bridge and every iptables rule with it); kill what is
+left in our cgroups and remove them. Stopping the kubelet before its Pods are gone would leave
+shims and mounts behind.
 
 Clients that must reach ClusterIPs or Pod IPs run inside the namespace: :meth:`RealNode.exec`
 (any argv), :meth:`RealNode.http_get` and :meth:`RealNode.dns_lookup` (Python snippets run by this
@@ -616,12 +617,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if self._started and apiserver is not None and apiserver.alive() and "kubelet" in comps \
                 and comps["kubelet"].alive():
             attempt("drain the node's Pods", self._drain)
-        if "containerd" in comps and comps["containerd"].alive():
-            attempt("remove containers", self._remove_containers)
         sandboxes = self._sandbox_netns()
-        for name in ("coredns", "kube-proxy", "kubelet", "containerd"):
+        # The kubelet has nothing left to run; stopped now it cannot start a sandbox again while
+        # containerd removes what is left.
+        for name in ("coredns", "kube-proxy", "kubelet"):
             if name in comps:
                 comps[name].stop()
+        if "containerd" in comps and comps["containerd"].alive():
+            attempt("remove containers", self._remove_containers)
+        if "containerd" in comps:
+            comps["containerd"].stop()
         attempt("stop shims", self._kill_shims)
         attempt("unmount", lambda: self._unmount(sandboxes))
         if self._network_up:
@@ -665,7 +670,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     info = json.loads(self._ctr("containers", "info", cid, timeout=30).stdout)
                     for ns in ((info.get("Spec") or {}).get("linux") or {}).get("namespaces") or []:
                         if ns.get("type") == "network" and ns.get("path"):
-                            found.append(Path(ns["path"]))
+                            # /var/run is a link to /run; mountinfo shows the real path.
+                            found.append(Path(os.path.realpath(ns["path"])))
             except Exception:  # noqa: BLE001 - best effort; the mount scan below still runs
                 pass
         return found
@@ -716,6 +722,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             raise RuntimeError(f"{self.netns_path} still exists")
 
     def _remove_cgroups(self) -> None:
+        """Every process still in our cgroups (a container whose shim was killed lives on,
+        reparented) is killed by PID, then the directories go, deepest first."""
+        for root in self._cgroups_made:
+            for procs in root.rglob("cgroup.procs") if root.exists() else ():
+                for pid in procs.read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except (ProcessLookupError, ValueError):
+                        pass
         left = []
         for root in self._cgroups_made:
             if not root.exists():
@@ -751,14 +766,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         out += [f"mount {ln.split()[4]}" for ln in Path("/proc/self/mountinfo").read_text().splitlines()
                 if ln.split()[4].startswith(prefix)]
         out += [f"cgroup {d}" for d in self._cgroups_made if d.exists()]
-        ours = str(self.sock).encode()
+        # Ours: every process with the node's directory in its command line (containerd, the
+        # kubelet, kube-proxy, CoreDNS by their configs, shims by the socket), and any process
+        # left in its cgroups (reported above).
+        ours = str(self.dir).encode()
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:
                     cmdline = (proc / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if ours in cmdline or (str(self.netns_path).encode() in cmdline):
+                if ours in cmdline:
                     shown = cmdline.replace(b"\0", b" ")[:120].decode(errors="replace")
                     out.append(f"process {proc.name}: {shown}")
         return out

@@ -126,10 +126,12 @@ def test_pods_without_the_toleration_stay_off_the_real_node(
     assert node != real_node.name
 
 
-def test_a_stopped_control_plane_leaves_nothing_of_its_node_behind() -> None:
-    """A control plane of its own (no Kueue, no Metacontroller), a Pod running on its real node,
-    then stop(): no process, mount, network namespace, veth or cgroup of the node is left, and
-    the work directory is gone."""
+@pytest.mark.parametrize("kubelet_dies", [False, True], ids=["clean", "kubelet-killed"])
+def test_a_stopped_control_plane_leaves_nothing_of_its_node_behind(kubelet_dies: bool) -> None:
+    """A control plane of its own (no Kueue, no Metacontroller), a Pod with a volume running on
+    its real node, then stop(): no process, mount, network namespace, veth or cgroup of the node
+    is left, and the work directory is gone — also when the kubelet was killed first (its Pods
+    still running: containerd, the shims and the cgroups clean up after it)."""
     cp = ControlPlane(bin_dir=e2e_cluster.default_bin_dir(), nodes=(), kueue=False, metacontroller=False,
                       real_node=True)
     try:
@@ -144,9 +146,14 @@ def test_a_stopped_control_plane_leaves_nothing_of_its_node_behind() -> None:
                   "spec": {"nodeName": node.name, "terminationGracePeriodSeconds": 2,
                            "tolerations": [{"operator": "Exists"}],
                            "containers": [{"name": "c", "image": _pause_image(cp), "imagePullPolicy": "Never",
-                                           "args": ["serve", ":8080"]}]}})
+                                           "args": ["serve", ":8080"],
+                                           "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]}],
+                           "volumes": [{"name": "ca", "configMap": {"name": "kube-root-ca.crt"}}]}})
         wait_until(lambda: _ready(cp, "default", name), timeout=60, message="Pod Running on the real node")
         assert node.leftovers(), "a running node shows up in leftovers()"
+        if kubelet_dies:
+            cp.components["kubelet"].proc.kill()  # type: ignore[union-attr]
+            cp.components["kubelet"].proc.wait()  # type: ignore[union-attr]
     finally:
         cp.stop()
     assert cp.real_node_stop_problems == []
