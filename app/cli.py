@@ -264,6 +264,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_activator(args: argparse.Namespace) -> int:
+    """The activator (docs/scale-to-zero.md#the-activator): holds a parked deployment's requests."""
+    from app.activator.serve import run as run_activator
+    from app.activator.settings import ActivatorSettings
+
+    overrides = {k: v for k, v in (("port", args.port), ("metrics_port", args.metrics_port)) if v is not None}
+    run_activator(ActivatorSettings(**overrides))
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from app.admission.review import validate_offline
 
@@ -306,6 +316,17 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="modeldeployment", description=__doc__, formatter_class=_Formatter)
     sub = root.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    activator = sub.add_parser(
+        "activator", help="run the activator: holds a parked deployment's requests, wakes it, forwards them",
+        formatter_class=_Formatter,
+        description="Run the activator (docs/scale-to-zero.md#the-activator): the proxy on --port, /metrics, /healthz "
+                    "and /readyz on --metrics-port. Settings: MODELDEPLOYMENT_ACTIVATOR_* (max_held, "
+                    "max_hold_seconds, wake_interval_seconds, poll_seconds, release_batch).")
+    activator.add_argument("--port", type=int, default=None,
+                           help="the proxy's port [MODELDEPLOYMENT_ACTIVATOR_PORT; default 8080]")
+    activator.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                           help="metrics and probes [MODELDEPLOYMENT_ACTIVATOR_METRICS_PORT; default 9090]")
+    activator.set_defaults(func=cmd_activator)
 
     render = sub.add_parser("render", help="print the children and status the sync hook would return",
                             formatter_class=_Formatter,

@@ -436,3 +436,11 @@ ANNOTATION_WAKE_REQUESTED = "modeldeployment.gpustack.ai/wake-requested"
 ANNOTATION_LAST_REQUEST = "modeldeployment.gpustack.ai/last-request"
 # What the scaler learns of idleness is written at most this often per deployment.
 IDLENESS_WRITE_INTERVAL_SECONDS = 30.0
+# The activator (docs/scale-to-zero.md#the-activator): a response it held and forwarded after a
+# wake carries this header (its value: the seconds the request was held).
+HEADER_WOKEN = "X-ModelDeployment-Woken"
+ACTIVATOR_COMPONENT = "activator"
+# The endpoint switch (docs/scale-to-zero.md#the-endpoint-switch): while parked or waking the
+# endpoint Service has no selector (its EndpointSlice lists the activator's Pods); this annotation
+# keeps the serving Pods' selector (JSON) for the activator to forward to once they are Ready.
+ANNOTATION_SERVING_SELECTOR = "modeldeployment.gpustack.ai/serving-selector"

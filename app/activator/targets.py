@@ -1,0 +1,106 @@
+"""Pure facts the activator reads: which Service a request names, whether a deployment serves, and
+why a wake waits (docs/scale-to-zero.md#what-a-client-sees)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app import vocab
+
+KUEUE_REASON_INADMISSIBLE = "Inadmissible"
+IMAGE_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A deployment the activator holds requests for."""
+
+    namespace: str
+    deployment: str
+    scaler: str | None  # the scaler that wakes it (None: nothing will)
+    wake_timeout: float
+    port: int  # the Service's target port on the serving Pods
+    selector: dict[str, str] = field(default_factory=dict)  # the serving Pods
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.deployment}"
+
+
+def service_of(host: str) -> tuple[str, str | None]:
+    """The Service and namespace a Host header names (`svc`, `svc.ns`, `svc.ns.svc[.cluster.local]`,
+    port ignored); the namespace is None for a bare name."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    parts = name.lower().split(".")
+    return parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
+
+
+def serving(status: dict[str, Any] | None) -> bool:
+    """The deployment serves: every role kind has a Ready replica, and its router (if any) a Ready
+    Pod; a prefill/decode pair serves only when both roles do."""
+    status = status or {}
+    roles = [r for r in status.get("roles") or [] if isinstance(r, dict)]
+    if not roles:
+        return False
+    ready_by_kind: dict[str, int] = {}
+    for role in roles:
+        kind = str(role.get("kind", vocab.ROLE_KIND_SERVER))
+        ready_by_kind[kind] = ready_by_kind.get(kind, 0) + int(role.get("ready") or 0)
+    if not all(count > 0 for count in ready_by_kind.values()):
+        return False
+    router = status.get("router")
+    return not isinstance(router, dict) or int(router.get("ready") or 0) > 0
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def wait_reason(workloads: list[dict[str, Any]], cluster_queues: dict[str, str]) -> str:
+    """Why a wake has not completed, in Kueue's words: "waiting for quota in ClusterQueue X: <Kueue's
+    message>" for a Workload without quota, else what is left (admitted, Pods starting)."""
+    if not workloads:
+        return "no Kueue Workload exists yet for the woken replicas (the scaler has not woken the deployment)"
+    for workload in sorted(workloads, key=lambda w: str((w.get("metadata") or {}).get("name"))):
+        reserved = _condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
+        if reserved.get("status") != "True":
+            queue = str((workload.get("spec") or {}).get("queueName") or "")
+            cq = cluster_queues.get(queue, f"of LocalQueue {queue}" if queue else "(no queue named)")
+            detail = reserved.get("message") or "pending"
+            return f"waiting for quota in ClusterQueue {cq}: {detail}"
+    return "admitted by Kueue; the replicas' Pods are starting (image pull, model load)"
+
+
+def fail_reason(workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str | None:
+    """A wake that cannot succeed, so the held requests are answered now rather than at the deadline:
+    the queue refuses it, the Workload was deactivated, or an image cannot be pulled."""
+    for workload in workloads:
+        reserved = _condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
+        if reserved.get("reason") == KUEUE_REASON_INADMISSIBLE:
+            return f"Kueue cannot admit the wake: {reserved.get('message') or 'inadmissible'}"
+        if (workload.get("spec") or {}).get("active") is False:
+            name = (workload.get("metadata") or {}).get("name")
+            return f"Kueue Workload {name} is deactivated"
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = ((status or {}).get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in IMAGE_PULL_FAILURES:
+                return (f"Pod {(pod.get('metadata') or {}).get('name')} cannot pull its image: "
+                        f"{waiting.get('reason')} {waiting.get('message') or ''}".rstrip())
+    return None
+
+
+def ready_addresses(pods: list[dict[str, Any]], port: int) -> list[str]:
+    """host:port of each Ready, running, not deleting Pod (the serving upstreams)."""
+    out = []
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp") or not status.get("podIP"):
+            continue
+        if _condition(pod, vocab.POD_COND_READY).get("status") == "True":
+            out.append(f"{status['podIP']}:{port}")
+    return sorted(out)
