@@ -187,6 +187,7 @@ class RealNode:
         self.timings: dict[str, float] = {}
         self._network_up = False
         self._cgroups_made: list[Path] = []
+        self._container_ids: set[str] = set()  # seen at teardown (CNI cache files carry them)
         self._started = False
 
     # ---- helpers for tests ---------------------------------------------------------
@@ -373,28 +374,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                       "containerd to answer on its socket", timeout=60)
 
     def _import_images(self) -> None:
-        """The pause image, then every tarball the stub's build wrote (components/stub-images)."""
+        """The pause image, then the stub images (components/stub-images, written by
+        tests/e2e/stub/build.sh; see :meth:`_stub_entries`)."""
         pause_ref, pause_tar = self._pause_image()
         self._ctr("images", "import", str(pause_tar))
         self.images.append(pause_ref)
         stub_dir = self.cp.components_dir / "stub-images"
         if not stub_dir.is_dir():
             return
-        tarballs = sorted(p for p in stub_dir.iterdir() if p.is_file() and re.search(r"\.tar(\.gz)?$", p.name))
-        imported: dict[str, list[str]] = {}
-        for tar in tarballs:
-            out = self._ctr("images", "import", str(tar), timeout=300).stdout
-            # ctr prints "unpacking <name> (sha256:…)...done" per image it imported.
-            imported[tar.name] = re.findall(r"unpacking (\S+) \(sha256:", out)
-            self.images.extend(imported[tar.name])
-        self._tag_listed(stub_dir, imported)
-
-    def _tag_listed(self, stub_dir: Path, imported: dict[str, list[str]]) -> None:
-        """The list file (``images.txt``, or ``images.list``/``images``): one image per line, either
-        ``<reference>`` (must exist after the imports) or ``<tarball> <reference>...`` (the image the
-        tarball brought is tagged with each reference). Blank lines and ``#`` comments are ignored."""
-        listing = next((stub_dir / n for n in ("images.txt", "images.list", "images")
-                        if (stub_dir / n).is_file()), None)
+        entries, wanted = self._stub_entries(stub_dir)
         have = set(self._ctr("images", "ls", "-q").stdout.split())
 
         def tag(source: str, ref: str) -> None:
@@ -404,27 +392,51 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             if ref not in have:
                 self._ctr("images", "tag", "--force", source, ref)
                 have.add(ref)
+            if ref not in self.images:
                 self.images.append(ref)
 
-        for names in imported.values():
+        for tar, refs in entries:
+            out = self._ctr("images", "import", str(tar), timeout=300).stdout
+            # ctr prints "unpacking <name> (sha256:…)...done" per image it imported.
+            names = re.findall(r"unpacking (\S+) \(sha256:", out)
+            if not names:
+                raise RuntimeError(f"ctr images import {tar} named no image: {out.strip()}")
+            have.update(names)
             for name in names:
                 tag(name, name)
-        for line in listing.read_text().splitlines() if listing else []:
+            for ref in refs:
+                tag(names[0], ref)
+        missing = [r for r in wanted if normalize_image(r) not in have]
+        if missing:
+            raise RuntimeError(f"{stub_dir}: listed images {', '.join(missing)} were brought by no tarball")
+
+    @staticmethod
+    def _stub_entries(stub_dir: Path) -> tuple[list[tuple[Path, list[str]]], list[str]]:
+        """What to import: the list file (``images.txt``, else ``images.list`` or ``images``), one
+        line per tarball, ``<tarball> <reference>...`` (the path absolute or relative to the
+        directory; the image the tarball brings is also tagged with each reference), or a bare
+        ``<reference>`` that must exist once the tarballs are in; blank lines and ``#`` comments
+        ignored. Without a list file, every ``*.tar``/``*.tar.gz`` under the directory, named by
+        its own metadata."""
+        is_tar = re.compile(r"\.tar(\.gz)?$")
+        listing = next((stub_dir / n for n in ("images.txt", "images.list", "images")
+                        if (stub_dir / n).is_file()), None)
+        if listing is None:
+            return [(p, []) for p in sorted(stub_dir.rglob("*")) if p.is_file() and is_tar.search(p.name)], []
+        entries: list[tuple[Path, list[str]]] = []
+        wanted: list[str] = []
+        for line in listing.read_text().splitlines():
             words = line.split("#", 1)[0].split()
             if not words:
                 continue
-            if len(words) > 1 and words[0] in imported:
-                sources = imported[words[0]]
-                if not sources:
-                    raise RuntimeError(f"{listing}: {words[0]} imported no image")
-                for ref in words[1:]:
-                    tag(sources[0], ref)
+            if is_tar.search(words[0]):
+                tar = Path(words[0]) if Path(words[0]).is_absolute() else stub_dir / words[0]
+                if not tar.is_file():
+                    raise RuntimeError(f"{listing} names {tar}, which does not exist")
+                entries.append((tar, words[1:]))
             else:
-                missing = [r for r in words if normalize_image(r) not in have
-                           and not r.endswith((".tar", ".tar.gz"))]
-                if missing:
-                    raise RuntimeError(f"{listing} lists {', '.join(missing)}, which no tarball in "
-                                       f"{stub_dir} brought (imported: {sorted(have)})")
+                wanted.extend(words)
+        return entries, wanted
 
     def _kubeconfig(self, name: str, cert: Path, key: Path) -> Path:
         b64 = lambda p: base64.b64encode(Path(p).read_bytes()).decode()  # noqa: E731
@@ -632,6 +644,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if self._network_up:
             attempt("delete the network namespace", self._delete_netns)
         attempt("remove cgroups", self._remove_cgroups)
+        attempt("remove host files", self._remove_host_files)
         return problems
 
     def _drain(self) -> None:
@@ -667,6 +680,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if "containerd" in self.cp.components and self.cp.components["containerd"].alive():
             try:
                 for cid in self._ctr("containers", "ls", "-q", timeout=30).stdout.split():
+                    self._container_ids.add(cid)
                     info = json.loads(self._ctr("containers", "info", cid, timeout=30).stdout)
                     for ns in ((info.get("Spec") or {}).get("linux") or {}).get("namespaces") or []:
                         if ns.get("type") == "network" and ns.get("path"):
@@ -753,6 +767,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if left:
             raise RuntimeError(f"cgroups not removed (processes left?): {left}")
 
+    def _remove_host_files(self) -> None:
+        """Two host paths the kubelet and libcni hard-code, cleaned of this node's entries only
+        (a normal teardown leaves none; a killed kubelet leaves both): the container log links
+        in /var/log/containers (they point into our pod-logs) and the CNI result cache in
+        /var/lib/cni/results (named after our sandboxes' ids)."""
+        logs = Path("/var/log/containers")
+        prefix = str(self.dir) + "/"
+        for link in logs.iterdir() if logs.is_dir() else ():
+            if link.is_symlink() and os.readlink(link).startswith(prefix):
+                link.unlink(missing_ok=True)
+        results = Path("/var/lib/cni/results")
+        for f in results.iterdir() if results.is_dir() and self._container_ids else ():
+            if any(f"-{cid}-" in f.name for cid in self._container_ids):
+                f.unlink(missing_ok=True)
+
     # ---- diagnostics ------------------------------------------------------------------
 
     def leftovers(self) -> list[str]:
@@ -766,6 +795,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         out += [f"mount {ln.split()[4]}" for ln in Path("/proc/self/mountinfo").read_text().splitlines()
                 if ln.split()[4].startswith(prefix)]
         out += [f"cgroup {d}" for d in self._cgroups_made if d.exists()]
+        logs = Path("/var/log/containers")
+        out += [f"log link {link}" for link in (logs.iterdir() if logs.is_dir() else ())
+                if link.is_symlink() and os.readlink(link).startswith(prefix)]
+        results = Path("/var/lib/cni/results")
+        out += [f"CNI cache {f}" for f in (results.iterdir() if results.is_dir() else ())
+                if any(f"-{cid}-" in f.name for cid in self._container_ids)]
         # Ours: every process with the node's directory in its command line (containerd, the
         # kubelet, kube-proxy, CoreDNS by their configs, shims by the socket), and any process
         # left in its cgroups (reported above).
