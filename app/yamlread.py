@@ -14,7 +14,8 @@ server's path (kubectl's sigs.k8s.io/yaml, go-yaml, strict JSON decoding) does n
   `json: duplicate field`), where PyYAML keeps the last one;
 - values stay JSON: a timestamp stays the string it was written as, `!!binary` is its text.
 
-A file above `MAX_FILE_BYTES` is not read at all (the API server takes a request body of 3 MiB).
+A file above `MAX_FILE_BYTES` is not read at all, and a document whose text (aliases expanded) is
+above 3 MiB is refused before it is built: the API server takes at most 3 MiB in one request.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -34,8 +35,13 @@ ALIAS_RATIO_RANGE_LOW = 400_000
 ALIAS_RATIO_RANGE_HIGH = 4_000_000
 # Beyond any alias ratio: no ModelDeployment file has a million values.
 MAX_NODES = 1_000_000
-# Far above anything the API server accepts in one request (3 MiB), below what hurts the CLI.
+# The bytes of a file: far above one request, below what hurts the CLI (a file holds many objects).
 MAX_FILE_BYTES = 32 * 1024 * 1024
+# The text of one document, its aliases expanded: the API server takes at most 3 MiB in one request
+# (its MaxRequestBodyBytes), so a larger object never reaches the schema check or a webhook.
+MAX_EXPANDED_BYTES = 3 * 1024 * 1024
+# Values written in one file (not expanded): far above any file of deployments and world objects.
+MAX_WRITTEN_VALUES = 200_000
 
 _BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -59,6 +65,17 @@ class FileTooLarge(yaml.YAMLError):
     """A file above MAX_FILE_BYTES."""
 
 
+def _json_key(key: Any) -> Any:
+    """A scalar key as the API server's YAML-to-JSON conversion spells it (`null`, `true`, `1`)."""
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, (int, float)):
+        return repr(key)
+    return key
+
+
 def allowed_alias_ratio(decoded: int) -> float:
     """go-yaml's allowedAliasRatio: the share of aliases tolerated in a document of `decoded` nodes."""
     if decoded <= ALIAS_RATIO_RANGE_LOW:
@@ -79,8 +96,10 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def expanded_size(root: yaml.Node) -> tuple[int, int]:
     """(nodes once every alias is expanded, distinct nodes) of a composed document, in linear time;
-    ExcessiveAliasing for a recursive alias (no JSON value is infinite)."""
+    ExcessiveAliasing for a recursive alias (no JSON value is infinite), and for one whose scalars
+    expand beyond MAX_EXPANDED_BYTES (a long string aliased a few hundred times)."""
     size: dict[int, int] = {}
+    text: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -89,12 +108,11 @@ def expanded_size(root: yaml.Node) -> tuple[int, int]:
         if done:
             on_path.discard(key)
             total = 1
+            chars = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
             for child in _children(node):
-                total += size[id(child)]
-                if total > MAX_NODES * 1000:  # the answer is "too many" already; keep the integers small
-                    total = MAX_NODES * 1000
-                    break
-            size[key] = total
+                total = min(total + size[id(child)], MAX_NODES * 1000)  # "too many" already: keep integers small
+                chars = min(chars + text[id(child)], MAX_EXPANDED_BYTES * 1000)
+            size[key], text[key] = total, chars
             continue
         if key in size:
             continue
@@ -104,6 +122,10 @@ def expanded_size(root: yaml.Node) -> tuple[int, int]:
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in size)
+    if text[id(root)] > MAX_EXPANDED_BYTES:
+        raise ExcessiveAliasing(f"a document holds more than {MAX_EXPANDED_BYTES // (1024 * 1024)} MiB of text (line "
+                                f"{root.start_mark.line + 1}; aliases expanded): the API server takes at most 3 MiB "
+                                "in one request, and etcd stores at most 1.5 MiB in one object")
     return size[id(root)], len(size)
 
 
@@ -135,7 +157,9 @@ class StrictLoader(_BASE):  # type: ignore[misc,valid-type]
                 raise DuplicateKey(str(key), first, key_node.start_mark)
             seen[key] = key_node.start_mark
         mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
-        return mapping
+        if all(isinstance(key, str) for key in mapping):
+            return mapping
+        return {_json_key(key): value for key, value in mapping.items()}
 
     def construct_yaml_timestamp_text(self, node: yaml.ScalarNode) -> str:
         text: str = self.construct_scalar(node)
@@ -161,9 +185,33 @@ class Document:
 
 def documents_of_text(text: str, name: str) -> list[Document]:
     """The objects of one YAML text (Lists flattened), with where each was read."""
-    out: list[Document] = []
-    stream = io.StringIO(text)
+    stream = io.BytesIO(text.encode())
     stream.name = name  # the marks of YAML errors name the file
+    return documents_of_stream(stream, name)
+
+
+def count_written_values(stream: BinaryIO) -> None:
+    """FileTooLarge when the stream writes more than MAX_WRITTEN_VALUES values (scalars, lists,
+    mappings), read as parser events, before any node is built: the nodes of a large file would take
+    far more memory than the file."""
+    loader = StrictLoader(stream)
+    count = 0
+    try:
+        while (event := loader.get_event()) is not None:
+            if isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                count += 1
+                if count > MAX_WRITTEN_VALUES:
+                    raise FileTooLarge(f"it writes more than {MAX_WRITTEN_VALUES:,} values (a ModelDeployment has "
+                                       "a few hundred)")
+    finally:
+        loader.dispose()
+
+
+def documents_of_stream(stream: BinaryIO, name: str) -> list[Document]:
+    """The objects of a YAML byte stream (read incrementally: no copy of a large file as text)."""
+    count_written_values(stream)
+    stream.seek(0)
+    out: list[Document] = []
     loader = StrictLoader(stream)
     try:
         while loader.check_node():
@@ -187,12 +235,17 @@ def documents_of_text(text: str, name: str) -> list[Document]:
     return out
 
 
-def read_text(file: Path) -> str:
-    """A file's text, refusing one above MAX_FILE_BYTES before reading it."""
+def _check_size(file: Path) -> None:
+    """Refuse a file above MAX_FILE_BYTES before reading it."""
     if file.stat().st_size > MAX_FILE_BYTES:
         raise FileTooLarge(f"{file.stat().st_size:,} bytes, above the {MAX_FILE_BYTES // (1024 * 1024)} MiB a file may "
                            "hold here (the API server takes 3 MiB in one request)")
-    return file.read_text(encoding="utf-8")
+
+
+def documents_of_file(file: Path) -> list[Document]:
+    _check_size(file)
+    with file.open("rb") as handle:
+        return documents_of_stream(handle, str(file))
 
 
 def yaml_files(path: Path) -> list[Path]:
@@ -203,4 +256,4 @@ def yaml_files(path: Path) -> list[Path]:
 
 def load_documents(path: Path) -> list[Document]:
     """Every object in a YAML file or a directory of them, with its file and line."""
-    return [doc for file in yaml_files(path) for doc in documents_of_text(read_text(file), str(file))]
+    return [doc for file in yaml_files(path) for doc in documents_of_file(file)]

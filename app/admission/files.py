@@ -55,7 +55,7 @@ def _problem(exc: BaseException, path: Path, flag: str) -> str:
                 "field (YAML would silently keep the last) — keep one of them")
     if isinstance(exc, (yamlread.ExcessiveAliasing, yamlread.FileTooLarge)):
         return (f"{flag} {path}: cannot be read: {exc} — write the values out (anchors and aliases only for small "
-                "repeated blocks), or split the file")
+                "repeated blocks), move large values into a ConfigMap or Secret, or split the file")
     if isinstance(exc, yaml.MarkedYAMLError):
         text = str(exc.problem or exc.context or "not YAML")
         cause = YAML_CAUSES.get(text, text)

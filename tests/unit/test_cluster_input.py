@@ -361,3 +361,29 @@ def test_a_deployment_name_refusal_names_the_services_and_the_field(tmp_path: Pa
     code, out, _err = validate_text(tmp_path, QWEN.replace("name: qwen-chat", f"name: {name}", 1))
     assert code == 1 and says in out
     assert f"metadata.name: '{name}'" in out
+
+
+# --- reading a file: sizes, keys -----------------------------------------------------------------
+
+
+def _peak_kib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def test_a_file_of_too_many_values_is_refused_before_they_are_built() -> None:
+    before = _peak_kib()
+    with pytest.raises(yamlread.FileTooLarge, match="values"):
+        yamlread.documents_of_text("a:\n" + "- a\n" * 1_000_000, "many.yaml")
+    assert _peak_kib() - before < 80 * 1024
+
+
+@pytest.mark.parametrize("text", ["a: '" + "x" * (3 * 1024 * 1024 + 10) + "'\n",
+                                  "a: &a '" + "x" * 100_000 + "'\nb: [" + ", ".join(["*a"] * 40) + "]\n"])
+def test_a_document_above_the_api_servers_request_limit_is_refused(text: str) -> None:
+    with pytest.raises(yamlread.ExcessiveAliasing, match="3 MiB"):
+        yamlread.documents_of_text(text, "big.yaml")
+
+
+def test_scalar_keys_are_spelled_as_json() -> None:
+    (doc,) = yamlread.documents_of_text("spec: {null: 1, 2: x, true: y}\n", "keys.yaml")
+    assert doc.obj == {"spec": {"null": 1, "2": "x", "true": "y"}}
