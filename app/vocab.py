@@ -223,6 +223,12 @@ KUEUE_COND_PREEMPTED = "Preempted"
 KUEUE_EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
 # Kueue resets every check to Pending when it evicts a Workload, saying what the check was.
 KUEUE_CHECK_RESET_AFTER_EVICTION = "Reset to Pending after eviction. Previously: Ready"
+# A Workload deactivated (spec.active false) is evicted with this reason; one that never ran is only
+# requeued when it is active again (docs/kueue.md#deadlock-release).
+KUEUE_EVICTED_DEACTIVATED = "Deactivated"
+# Our mark on a Workload the deadlock release deactivated: when (RFC 3339). Only a Workload carrying
+# it is reactivated, one back-off after that time (docs/kueue.md#deadlock-release).
+ANNOTATION_GANG_RELEASED_AT = "modeldeployment.gpustack.ai/released-at"
 # Kueue marks every Pod it stops with this condition; the reason says why
 # ("WorkloadEvictedDueTo<Evicted reason>" when the group was evicted, "WorkloadDeleted"...).
 KUEUE_POD_TERMINATION_TARGET = "TerminationTarget"

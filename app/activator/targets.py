@@ -82,7 +82,9 @@ def fail_reason(workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> 
         reserved = _condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
         if reserved.get("reason") == KUEUE_REASON_INADMISSIBLE:
             return f"Kueue cannot admit the wake: {reserved.get('message') or 'inadmissible'}"
-        if (workload.get("spec") or {}).get("active") is False:
+        released = vocab.ANNOTATION_GANG_RELEASED_AT in ((workload.get("metadata") or {}).get("annotations") or {})
+        if (workload.get("spec") or {}).get("active") is False and not released:
+            # (one the joint deadlock release deactivated comes back one bound later: docs/kueue.md#deadlock-release)
             name = (workload.get("metadata") or {}).get("name")
             return f"Kueue Workload {name} is deactivated"
     for pod in pods:

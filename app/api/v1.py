@@ -305,6 +305,7 @@ class ObjectMeta(KubeModel):
     uid: str = ""
     generation: int | None = None
     resource_version: str | None = None
+    creation_timestamp: str | None = None
     deletion_timestamp: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -374,6 +375,23 @@ class RouterStatus(KubeModel):
     endpoint: str
 
 
+class JointAdmissionStatus(KubeModel):
+    """Present while a deployment of two or more roles holds part of its pool (some of its groups
+    hold quota, not all), or has just released it: what another deployment's deadlock release reads
+    to decide which of the sets holding part of a pool yields first (docs/kueue.md#deadlock-release)."""
+
+    holding_since: str | None = Field(default=None, description="When the oldest quota reservation still waiting "
+                                      "for the rest began (absent once the deployment released them).")
+    released_at: str | None = Field(default=None, description="When the deployment released its partial "
+                                    "reservation, while it waits one bound before it queues again.")
+    have: int = Field(ge=0, description="Replicas holding quota (reserved or admitted).")
+    want: int = Field(ge=1, description="Replicas the deployment declares.")
+    cluster_queues: list[str] = Field(default_factory=list, max_length=64,
+                                      description="The ClusterQueues its reservations are in.")
+    local_queues: list[str] = Field(default_factory=list, max_length=64,
+                                    description="The LocalQueues (namespace/name) its replicas queue in.")
+
+
 class ModelDeploymentStatus(KubeModel):
     observed_generation: int | None = Field(default=None, description="Set by Metacontroller.")
     phase: Literal["Starting", "Ready", "Degraded", "Idle", "Deleting"] | None = Field(
@@ -385,6 +403,9 @@ class ModelDeploymentStatus(KubeModel):
     roles: list[RoleStatus] = Field(default_factory=list)
     kv_cache: KVCacheStatus | None = None
     router: RouterStatus | None = None
+    joint_admission: JointAdmissionStatus | None = Field(
+        default=None, description="While part of the deployment's replicas hold quota and the rest wait (joint "
+        "admission), or it has just released them: since when, how many, in which queues.")
     conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(
         default_factory=list
     )

@@ -13,39 +13,53 @@ replacement, a departed replica's rebuild) counts as not holding quota until its
 reserves. This is stricter than exempting the replacement slot and never earlier; it costs
 nothing to a rollout, which turns a replica over only while every other group is admitted.
 
-Deadlock release. Two sets can each hold part of a pool while waiting for the rest. When the
-oldest reservation of a set that is still incomplete is older than its release bound, the set
-yields: every Workload of it that is not admitted gets `Retry`. Kueue evicts the reserved ones
-(releasing their quota, resetting the check to Pending and requeueing them behind the
-Workloads already waiting) and treats the unreserved ones as inadmissible while the check reads
-Retry, so the set's own queued groups cannot grab the quota it just gave back. The set holds
-that state for one back-off (the configured bound) and then writes Pending again, which puts
-its groups back in the queue.
+Deadlock release (docs/kueue.md#deadlock-release). Two sets can each hold part of a pool while
+waiting for the rest.
 
-- The bound is `release_after_seconds` stretched by a factor in [1, 2) drawn from a hash of the
-  deployment and the time of the reservation being released. Two sets that started holding at
-  the same moment therefore release at different moments (the first one to yield lets the other
-  complete), and the draw changes every round, so a collision does not repeat.
-- Admitted Workloads are never touched: Ready is never taken back from a serving replica.
-- `release_after_seconds <= 0` disables the release.
+- **Who yields**: a set holding part of its pool (some of its groups hold quota, not all) says so in
+  its status (`status.jointAdmission`: since when, have of want, its queues). Once its oldest
+  reservation still waiting is `release_after_seconds` old, the hook handler hands the pass every
+  deployment's record (one list), and the set yields only if it comes first among the holders
+  sharing a queue with it, by the share of its own want it holds (smaller first), then creation
+  time (newer first), then UID. Every pass computes the same order, so of several sets that reach
+  their bound in the same second exactly one yields; a set that is not first waits for the one that
+  is (which reaches its own bound no later than one bound after it started holding). A set alone
+  yields at its bound.
+- **How**: every Workload of the set that is not admitted is deactivated (`spec.active: false`) with
+  our `released-at` annotation. Kueue evicts the reserved ones (their quota is released, our check
+  reset to Pending) and takes them all out of its queue; an eviction and a deactivation are both
+  requeue triggers for every Workload Kueue parked in the ClusterQueue, so the freed quota goes to
+  the others. The check is never set to Retry: Kueue parks a Workload whose check says Retry and
+  does not look at it again when the check goes back to Pending.
+- **Back-off**: one bound after `released-at` the set activates the Workloads it deactivated again
+  (`spec.active: true`, annotation removed), with our check reading Pending first. `spec.active`
+  going true is a spec change and Kueue marks the Workload `Requeued` (`Reactivated`): both move a
+  parked Workload back into the queue, which a check's change does not.
+- Admitted Workloads are never touched: Ready is never taken back from a serving replica; only a
+  Workload carrying our annotation is ever activated again.
+- `release_after_seconds <= 0` disables the release (and activates what an earlier release left).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from fractions import Fraction
+from typing import Any, Iterable
 
 from app import timestamps, vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import SetAdmissionCheck
+from app.control.intents import Intent, SetAdmissionCheck, SetWorkloadActive
 from app.control.rollout import Action, OrdinalPlan, RolePlan
 from app.model.context import DeploymentContext
 from app.render import names
 
 # The plan deletes these replicas' Workloads in the same pass: nothing is written on them.
 LETTING_GO = (Action.SHED, Action.REPLACE, Action.SUPERSEDE, Action.REBUILD)
+# A set waiting for another to yield comes back this often once the other's bound has passed (its
+# pass may lag); before that, at the moment it passes.
+OVERDUE_RIVAL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,75 @@ class GangVerdict:
     complete: bool
     have: int
     want: int
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A deployment holding part of its pool, as its `status.jointAdmission` says."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: str
+    have: int
+    want: int
+    holding_since: str
+    cluster_queues: frozenset[str] = frozenset()
+    local_queues: frozenset[str] = frozenset()
+    # Set (and holding_since "") while it backs off after yielding: the others keep what they hold.
+    released_at: str = ""
+
+    def key(self) -> tuple[Fraction, float, str]:
+        """The yield order: the smaller share of its own want first, then the newer deployment, then
+        the UID. Every pass computes the same order from the same records."""
+        created = timestamps.parse(self.created)
+        return (Fraction(self.have, max(self.want, 1)), -(created.timestamp() if created else 0.0), self.uid)
+
+    def shares_a_queue(self, other: Holder) -> bool:
+        return bool(self.cluster_queues & other.cluster_queues or self.local_queues & other.local_queues)
+
+    def record(self) -> KubeObject:
+        """`status.jointAdmission`."""
+        when = {"releasedAt": self.released_at} if self.released_at else {"holdingSince": self.holding_since}
+        return {**when, "have": self.have, "want": self.want,
+                "clusterQueues": sorted(self.cluster_queues), "localQueues": sorted(self.local_queues)}
+
+
+def holders(deployments: Iterable[KubeObject]) -> list[Holder]:
+    """Every deployment whose status says it holds part of its pool (a listed ModelDeployment is read,
+    never trusted: a malformed record is skipped)."""
+    out = []
+    for md in deployments:
+        meta = md.get("metadata") or {}
+        record = (md.get("status") or {}).get("jointAdmission")
+        if not isinstance(record, dict) or meta.get("deletionTimestamp"):
+            continue
+        have, want = record.get("have"), record.get("want")
+        since, released = record.get("holdingSince"), record.get("releasedAt")
+        stamp = released if released is not None else since
+        if not (isinstance(have, int) and isinstance(want, int) and want > 0 and isinstance(stamp, str)
+                and timestamps.parse(stamp)):
+            continue
+        cqs, lqs = (frozenset(q for q in record.get(k) or [] if isinstance(q, str)) for k in ("clusterQueues", "localQueues"))
+        yielded = released is not None
+        out.append(Holder(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                          str(meta.get("creationTimestamp") or ""), have, want, "" if yielded else stamp, cqs, lqs,
+                          released_at=stamp if yielded else ""))
+    return out
+
+
+@dataclass
+class GangDecision:
+    """What the pass does about joint admission: check writes and releases (`intents`), the
+    `status.jointAdmission` record (None while the set holds no part of its pool), when to come
+    back (`wait`, seconds; None: a watched object brings the next pass), and `needs_peers`: the set
+    reached its bound and cannot decide whether it yields without the other holders' records (the
+    hook handler lists them and runs the pass again)."""
+
+    intents: list[Intent] = field(default_factory=list)
+    record: KubeObject | None = None
+    wait: float | None = None
+    needs_peers: bool = False
 
 
 def _check_entry(workload: KubeObject) -> dict[str, Any] | None:
@@ -83,12 +166,6 @@ def _seconds_between(start: str | None, end: str) -> float:
     if a is None or b is None:
         return 0.0
     return (b - a).total_seconds()
-
-
-def release_bound(namespace: str, deployment: str, since: str, release_after_seconds: float) -> float:
-    """How long this set may hold a partial reservation that started at `since` before it yields."""
-    draw = names.fnv64a(f"{namespace}/{deployment}/{since}") / float(1 << 64)
-    return release_after_seconds * (1.0 + draw)
 
 
 def _admissible(plan: RolePlan, entry: OrdinalPlan) -> bool:
@@ -128,6 +205,36 @@ class _Group:
     def state(self) -> str | None:
         return self.check.get("state")
 
+    @property
+    def active(self) -> bool:
+        return (self.workload.get("spec") or {}).get("active") is not False
+
+    @property
+    def released_at(self) -> str | None:
+        """Our release's stamp: this Workload was deactivated by our deadlock release (None: it was not)."""
+        stamp = ((self.workload.get("metadata") or {}).get("annotations") or {}).get(vocab.ANNOTATION_GANG_RELEASED_AT)
+        return stamp if isinstance(stamp, str) else None
+
+    @property
+    def uid(self) -> str:
+        return str((self.workload.get("metadata") or {}).get("uid") or "")
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.workload.get("metadata") or {}).get("resourceVersion") or "")
+
+    @property
+    def local_queue(self) -> str:
+        queue = (self.workload.get("spec") or {}).get("queueName")
+        namespace = (self.workload.get("metadata") or {}).get("namespace")
+        return f"{namespace}/{queue}" if isinstance(queue, str) and queue else ""
+
+    @property
+    def cluster_queue(self) -> str:
+        admission = (self.workload.get("status") or {}).get("admission") or {}
+        queue = admission.get("clusterQueue") if isinstance(admission, dict) else None
+        return queue if isinstance(queue, str) else ""
+
 
 def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
     out = []
@@ -152,18 +259,118 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
     return out
 
 
-def admission_checks(
-    ctx: DeploymentContext, plans: list[RolePlan], *, now: str, release_after_seconds: float
-) -> list[SetAdmissionCheck]:
-    """The check state to write on each of the deployment's Workloads: where the state changes, or
-    the reason a group may not be admitted does."""
+def decide(ctx: DeploymentContext, plans: list[RolePlan], *, now: str, release_after_seconds: float,
+           peers: list[Holder] | None = None) -> GangDecision:
+    """The pass's joint admission: the check state to write on each of the deployment's Workloads
+    (where the state changes, or the reason a group may not be admitted does), and the deadlock
+    release's steps. `peers`: every deployment's holding record, listed by the hook handler once
+    this set reached its bound (None: not listed)."""
     joint = len(ctx.md.spec.roles) > 1
     gang = verdict(plans)
     groups = _groups(ctx, plans)
-    mode, note = _yield_mode(ctx, groups, joint, gang, now=now, release_after_seconds=release_after_seconds)
-    intents: list[SetAdmissionCheck] = []
+    decision = GangDecision()
+    ours = [g for g in groups if g.released_at is not None and not g.admitted]
+    if ours:
+        # Our release's back-off: the Workloads it deactivated come back once it is over.
+        decision.intents += _back_off(ctx, ours, now=now, release_after_seconds=release_after_seconds, decision=decision)
+        if decision.wait is not None:
+            decision.record = _yielded(ctx, groups, gang, ours).record()
+    elif joint and not gang.complete and release_after_seconds > 0:
+        me = _holding(ctx, groups, gang)
+        if me is not None:
+            decision.record = me.record()
+            held = _seconds_between(me.holding_since, now)
+            if held < release_after_seconds:
+                decision.wait = release_after_seconds - held
+            elif peers is None:
+                decision.needs_peers = True
+            else:
+                rivals = [p for p in peers if p.uid != me.uid and p.shares_a_queue(me)]
+                yielded = sorted((p.released_at for p in rivals if p.released_at), key=_time_of)
+                first = _first(me, rivals)
+                if yielded:
+                    # Another set sharing a queue released its part this round: keep what this one
+                    # holds (the quota it freed may complete it) until that set queues again.
+                    due = _seconds_between(now, yielded[-1]) + release_after_seconds
+                elif first is me:
+                    decision.record = replace(me, holding_since="", released_at=now).record()
+                    decision.intents += _release(ctx, groups, now=now)
+                    return decision
+                else:
+                    due = _seconds_between(now, first.holding_since) + release_after_seconds
+                decision.wait = due if due > 0 else OVERDUE_RIVAL_SECONDS
+    decision.intents += _checks(ctx, [g for g in groups if g.active and g.released_at is None], joint, gang, now=now)
+    return decision
+
+
+def _holding(ctx: DeploymentContext, groups: list[_Group], gang: GangVerdict) -> Holder | None:
+    """This set as a holder of part of its pool: some group that may start holds quota, not admitted
+    yet (None when none does: a set waiting for its first reservation holds nothing)."""
+    waiting = sorted((s for g in groups if g.active and not g.admitted and g.reserved and g.admissible
+                      and g.state != vocab.CHECK_STATE_RETRY
+                      for s in [_reserved_since(g.workload)] if s and timestamps.parse(s)), key=_time_of)
+    if not waiting:
+        return None
+    meta = ctx.md.metadata
+    return Holder(ctx.namespace, ctx.name, meta.uid, meta.creation_timestamp or "", gang.have, gang.want, waiting[0],
+                  frozenset(g.cluster_queue for g in groups if g.reserved and g.cluster_queue),
+                  frozenset(g.local_queue for g in groups if g.local_queue))
+
+
+def _first(me: Holder, peers: list[Holder]) -> Holder:
+    """The holder that yields first among this set and the holders sharing a queue with it."""
+    rivals = [p for p in peers if p.uid != me.uid and p.shares_a_queue(me) and not p.released_at]
+    return min([me, *rivals], key=Holder.key)
+
+
+def _yielded(ctx: DeploymentContext, groups: list[_Group], gang: GangVerdict, ours: list[_Group]) -> Holder:
+    """This set while it backs off after yielding: what it released and in which queues (the
+    ClusterQueues its reservations were in come from the record it wrote when it released)."""
+    previous = (ctx.md.status or {}).get("jointAdmission") if isinstance(ctx.md.status, dict) else None
+    held = {q for q in (previous or {}).get("clusterQueues") or [] if isinstance(q, str)}
+    stamps = sorted((g.released_at for g in ours if g.released_at and timestamps.parse(g.released_at)), key=_time_of)
+    meta = ctx.md.metadata
+    return Holder(ctx.namespace, ctx.name, meta.uid, meta.creation_timestamp or "", gang.have, gang.want, "",
+                  frozenset(held | {g.cluster_queue for g in groups if g.reserved and g.cluster_queue}),
+                  frozenset(g.local_queue for g in groups if g.local_queue), released_at=stamps[0] if stamps else "")
+
+
+def _release(ctx: DeploymentContext, groups: list[_Group], *, now: str) -> list[Intent]:
+    """Yield: every Workload of the set that is not admitted is deactivated, stamped with `now`."""
+    return [SetWorkloadActive(namespace=ctx.namespace, workload=g.name, uid=g.uid, resource_version=g.resource_version,
+                              active=False, released_at=now)
+            for g in groups if not g.admitted and g.active]
+
+
+def _back_off(ctx: DeploymentContext, ours: list[_Group], *, now: str, release_after_seconds: float,
+              decision: GangDecision) -> list[Intent]:
+    """While the back-off runs, nothing; then our check reads Pending on each Workload we deactivated
+    (Kueue's scheduler parks a Workload whose check says anything else) and, once it does, the
+    Workload is activated again, which Kueue requeues."""
+    stamps = sorted((g.released_at for g in ours if timestamps.parse(g.released_at)), key=_time_of)
+    since = stamps[0] if stamps else None
+    left = release_after_seconds - _seconds_between(since, now) if since else 0.0
+    if release_after_seconds > 0 and left > 0:
+        decision.wait = left
+        return []
+    intents: list[Intent] = []
+    for g in ours:
+        if g.state != vocab.CHECK_STATE_PENDING:
+            intents.append(SetAdmissionCheck(
+                namespace=ctx.namespace, workload=g.name, resource_version=g.resource_version,
+                state=vocab.CHECK_STATE_PENDING, message="queued again after releasing a partial reservation",
+                last_transition_time=now))
+        else:  # (active already, when someone else activated it: then only our mark goes)
+            intents.append(SetWorkloadActive(namespace=ctx.namespace, workload=g.name, uid=g.uid,
+                                             resource_version=g.resource_version, active=True))
+    return intents
+
+
+def _checks(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: GangVerdict, *,
+            now: str) -> list[Intent]:
+    intents: list[Intent] = []
     for group in groups:
-        decision = _decide(group, joint, gang, mode, note)
+        decision = _decide(group, joint, gang)
         if decision is None:
             continue
         state, message = decision
@@ -180,7 +387,7 @@ def admission_checks(
         intents.append(SetAdmissionCheck(
             namespace=ctx.namespace,
             workload=group.name,
-            resource_version=(group.workload.get("metadata") or {}).get("resourceVersion", ""),
+            resource_version=group.resource_version,
             state=state,
             message=message,
             last_transition_time=group.check["lastTransitionTime"] if same_state else now,
@@ -188,65 +395,13 @@ def admission_checks(
     return intents
 
 
-def _yield_mode(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: GangVerdict, *, now: str,
-                release_after_seconds: float) -> tuple[str, str]:
-    """"release": yield now; "hold": keep yielding (back-off); "": admit normally."""
-    if not joint or gang.complete or release_after_seconds <= 0:
-        return "", ""
-    waiting = [g for g in groups if not g.admitted]
-    held_since = sorted((s for g in waiting if g.reserved and g.state != vocab.CHECK_STATE_RETRY
-                         for s in [_reserved_since(g.workload)] if s and timestamps.parse(s)), key=_time_of)
-    if held_since:
-        oldest = held_since[0]
-        held = _seconds_between(oldest, now)
-        bound = release_bound(ctx.namespace, ctx.name, oldest, release_after_seconds)
-        if held >= bound:
-            return "release", (f"{gang.have} of {gang.want} replicas have reserved quota after {int(held)}s; "
-                               f"the deployment releases what it holds so that other deployments are not "
-                               f"blocked, and queues again in {int(release_after_seconds)}s")
-    backing_off = sorted((g.check.get("lastTransitionTime") for g in waiting
-                          if g.state == vocab.CHECK_STATE_RETRY and not g.reserved
-                          and timestamps.parse(g.check.get("lastTransitionTime"))),
-                         key=_time_of)
-    if backing_off and _seconds_between(backing_off[0], now) < release_after_seconds:
-        return "hold", (f"{gang.have} of {gang.want} replicas have reserved quota; the deployment released its "
-                        f"partial reservation and queues again {int(release_after_seconds)}s after "
-                        f"{backing_off[0]}")
-    return "", ""
-
-
-def seconds_until_release(ctx: DeploymentContext, plans: list[RolePlan], *, now: str,
-                          release_after_seconds: float) -> float | None:
-    """How long until this set's wait ends on time rather than on a watched object: its partial
-    reservation reaching its release bound, or its back-off ending. None when it waits on nothing
-    but Kueue (a reservation, an admission) and Metacontroller's watches bring the next pass."""
-    joint = len(ctx.md.spec.roles) > 1
-    gang = verdict(plans)
-    if not joint or gang.complete or release_after_seconds <= 0:
-        return None
-    waiting = [g for g in _groups(ctx, plans) if not g.admitted]
-    ends = []
-    for g in waiting:
-        if g.reserved and g.state != vocab.CHECK_STATE_RETRY:
-            since = _reserved_since(g.workload)
-            if since and timestamps.parse(since):
-                bound = release_bound(ctx.namespace, ctx.name, since, release_after_seconds)
-                ends.append(bound - _seconds_between(since, now))
-        elif g.state == vocab.CHECK_STATE_RETRY and not g.reserved and timestamps.parse(g.check.get("lastTransitionTime")):
-            ends.append(release_after_seconds - _seconds_between(g.check.get("lastTransitionTime"), now))
-    return max(min(ends), 0.0) if ends else None
-
-
-def _decide(group: _Group, joint: bool, gang: GangVerdict, mode: str, note: str) -> tuple[str, str] | None:
+def _decide(group: _Group, joint: bool, gang: GangVerdict) -> tuple[str, str] | None:
     """The state for one group, or None to leave its check as it is."""
     if group.admitted:
         return None if group.state == vocab.CHECK_STATE_READY else (vocab.CHECK_STATE_READY, "admitted")
-    if group.state == vocab.CHECK_STATE_RETRY and (group.reserved or mode):
-        # Kueue evicts a reserved one and resets its check itself; an unreserved one stays
-        # inadmissible until the back-off ends.
+    if group.state == vocab.CHECK_STATE_RETRY and group.reserved:
+        # Kueue evicts it and resets its check itself (a Retry an earlier version wrote).
         return None
-    if mode:
-        return vocab.CHECK_STATE_RETRY, note
     if not group.admissible:
         return vocab.CHECK_STATE_PENDING, group.why_not
     if not group.reserved:

@@ -85,6 +85,21 @@ class SetAdmissionCheck:
 
 
 @dataclass(frozen=True)
+class SetWorkloadActive:
+    """The deadlock release (docs/kueue.md#deadlock-release): a merge patch of the Workload's
+    `spec.active`, with our `released-at` annotation set to `released_at` when deactivating and
+    removed when activating again; `uid` and `resource_version` (the request's copy) are its
+    preconditions, so a moved Workload is left for the next pass to decide again."""
+
+    namespace: str
+    workload: str
+    uid: str
+    resource_version: str
+    active: bool
+    released_at: str = ""
+
+
+@dataclass(frozen=True)
 class ApplyRoleReplicas:
     """A scaler's write: the listed roles' `spec.roles[].replicas` on its deployment, by server-side
     apply as the scaler's field manager (docs/autoscaling.md#the-write). Nothing else is written."""
@@ -108,4 +123,4 @@ class SetScalerUnits:
     units: int
 
 
-Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | ApplyRoleReplicas | SetScalerUnits
+Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | SetWorkloadActive | ApplyRoleReplicas | SetScalerUnits

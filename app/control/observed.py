@@ -48,9 +48,11 @@ def workload_evicted(workload: KubeObject | None) -> bool:
 
 def workload_evicted_while_running(workload: KubeObject | None) -> bool:
     """Evicted for a reason that stops a running group (preemption, a PodsReady timeout...), not
-    by an admission check's Retry (our deadlock release), after which the group never ran."""
+    by our deadlock release (a deactivation, or an admission check's Retry of an earlier version),
+    which only ever touches groups that never ran."""
     return (workload is not None and workload_evicted(workload)
-            and condition_reason(workload, vocab.KUEUE_COND_EVICTED) != vocab.KUEUE_EVICTED_BY_ADMISSION_CHECK)
+            and condition_reason(workload, vocab.KUEUE_COND_EVICTED) not in (vocab.KUEUE_EVICTED_BY_ADMISSION_CHECK,
+                                                                             vocab.KUEUE_EVICTED_DEACTIVATED))
 
 
 def workload_ran(workload: KubeObject | None) -> bool:

@@ -46,6 +46,9 @@ class SyncResult:
     intents: list[Intent] = field(default_factory=list)
     resync_after: float | None = None
     finalized: bool | None = None
+    # The joint set reached its release bound: the handler lists the other holders and passes them
+    # in (`reconcile(..., peers=...)`); this result stands only when none can be listed.
+    needs_peers: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,11 @@ def _services(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> lis
     return role_services(ctx, render, kept)
 
 
-def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> SyncResult | Refusal:
-    """One pass of sync (or finalize when `request.finalizing`): what to answer and do, or why not."""
+def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
+              peers: list[gang.Holder] | None = None) -> SyncResult | Refusal:
+    """One pass of sync (or finalize when `request.finalizing`): what to answer and do, or why not.
+    `peers`: every deployment's joint admission holding record, when the handler listed them
+    (docs/kueue.md#deadlock-release)."""
     md = request.deployment
     finalizing = request.finalizing
     bound = None if finalizing else _pod_bound(md, settings.max_pods_per_deployment)
@@ -183,17 +189,21 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     intents.extend(teardown.orphan_workload_deletes(ctx, observed_pods, {r.role.name for r in renders}))
 
     ungate_stalls: list[stalls.UngateStall] = []
+    joint = gang.GangDecision()
     if not finalizing:
         children.extend(render_router(ctx, renders))
-        intents.extend(gang.admission_checks(ctx, plans, now=now,
-                                             release_after_seconds=settings.gang_release_after_seconds))
+        joint = gang.decide(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds,
+                            peers=peers)
+        intents.extend(joint.intents)
         ungate_stalls = stalls.ungate_stalls(ctx, plans, observed_pods, now=now)
         intents.extend(stalls.events(ctx, ungate_stalls))
 
     result_status = status.build_status(ctx, renders, plans, request.children, finalizing=finalizing, now=now,
                                         stall_note=stalls.phase_note(ctx, ungate_stalls))
+    if joint.record is not None:
+        result_status["jointAdmission"] = joint.record
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=None if finalizing else _resync_after(ctx, plans, settings, now))
+                        resync_after=None if finalizing else _resync_after(plans, joint), needs_peers=joint.needs_peers)
     if finalizing:
         router_pods = teardown.router_pods_left(request.related)
         if router_pods:
@@ -203,16 +213,17 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str) -> Sync
     return result
 
 
-def _resync_after(ctx: DeploymentContext, plans: list[RolePlan], settings: SyncSettings, now: str) -> float | None:
+def _resync_after(plans: list[RolePlan], joint: gang.GangDecision) -> float | None:
     """When to come back unasked (docs/metacontroller.md#responses): only while the pass waits on
     time. A held replica (its hold names no watched object) every RESYNC_WAITING_SECONDS; a joint
-    set's partial reservation or back-off when it ends (at most that period, at least a second).
+    set's partial reservation reaching its bound, its back-off ending, or the set it waits on to yield
+    reaching its own bound (at most that period, at least a second).
     A wait on Kueue (a reservation, an admission) or on a Workload going needs none: the watched
     Workload's change brings the next pass, as it does for any hook. Nor does a replica Kueue has
     not placed yet: it is placed within a second, and a stall is named by the periodic resync
     (docs/kueue.md#an-admitted-replica-kueue-never-places), not by a pass asked for every replica."""
     waiting = any(p.action == Action.WAIT for plan in plans for p in plan.ordinals)
-    until = gang.seconds_until_release(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds)
+    until = joint.wait
     if until is None:
         return RESYNC_WAITING_SECONDS if waiting else None
     return min(RESYNC_WAITING_SECONDS, max(1.0, until))

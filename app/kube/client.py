@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ALL_NS, AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Event
@@ -21,6 +21,7 @@ from lightkube.types import PatchType
 from app import vocab
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
+from app.control.intents import SetWorkloadActive
 from app.world import World
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,17 @@ def load_config(kubeconfig: Path | None) -> KubeConfig | None:
     except (ConfigError, FileNotFoundError, OSError) as exc:
         log.info("no Kubernetes API configuration found (%s): side effects are logged and skipped", exc)
         return None
+
+
+def workload_active_body(intent: SetWorkloadActive) -> KubeObject:
+    """The deadlock release's merge patch: `spec.active`, our annotation (null removes it), and the
+    copy's uid and resourceVersion, which the API server holds the patch to."""
+    metadata: KubeObject = {"annotations": {vocab.ANNOTATION_GANG_RELEASED_AT: intent.released_at or None}}
+    if intent.uid:
+        metadata["uid"] = intent.uid
+    if intent.resource_version:
+        metadata["resourceVersion"] = intent.resource_version
+    return {"metadata": metadata, "spec": {"active": intent.active}}
 
 
 def _plain(obj: Any) -> KubeObject:
@@ -242,6 +254,25 @@ class Kube:
         """Server-side apply of our admission-check entry on workloads/status, as its controller."""
         await self.client.patch(WorkloadRes.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
                                 field_manager=vocab.ADMISSION_CHECK_CONTROLLER, force=True)
+
+    async def set_workload_active(self, intent: SetWorkloadActive) -> bool:
+        """A merge patch of the Workload (the deadlock release: `spec.active` and our annotation) whose
+        body carries the copy's uid and resourceVersion as preconditions. False when they no longer
+        hold (the Workload moved or is another object) or it is gone: the next pass decides again."""
+        namespace, name = intent.namespace, intent.workload
+        try:
+            await self.client.patch(WorkloadRes, name, workload_active_body(intent), namespace=namespace,
+                                    patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            if exc.status.code in (404, 409, 422):
+                log.info("Workload %s/%s not patched: %s", namespace, name, exc.status.message)
+                return False
+            raise
+        return True
+
+    async def model_deployments(self) -> list[KubeObject]:
+        """Every ModelDeployment, cluster-wide: what the deadlock release reads their holding records from."""
+        return [_plain(obj) async for obj in self.client.list(ModelDeploymentRes, namespace=ALL_NS)]
 
     async def admission_check(self) -> KubeObject | None:
         return await self._get(AdmissionCheckRes, vocab.ADMISSION_CHECK_NAME)

@@ -44,7 +44,7 @@ from app import vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
 from app.control.intents import (ApplyRoleReplicas, DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck,
-                                  SetScalerUnits)
+                                  SetScalerUnits, SetWorkloadActive)
 from app.kube.client import Kube
 from app.render import names
 
@@ -356,6 +356,7 @@ class Executor:
             self.confirmed.put(key, _Confirmed(parent.uid, roles))
         return _pod_groups(parent.namespace, parent.name, roles)
 
+
     def _already_done(self, intent: Intent) -> bool:
         """A write this executor made that the request's copy does not show yet."""
         if isinstance(intent, DeleteWorkload):
@@ -376,6 +377,10 @@ class Executor:
                 self.events.put((intent.namespace, intent.name), True)
         elif isinstance(intent, (ApplyRoleReplicas, SetScalerUnits)):
             log.warning("dropped a replicas write outside a scaler pass: %s", intent)
+        elif isinstance(intent, SetWorkloadActive):
+            if await self.kube.set_workload_active(intent):
+                log.info("Workload %s/%s %s (deadlock release)", intent.namespace, intent.workload,
+                         "activated again" if intent.active else "deactivated")
         elif isinstance(intent, SetAdmissionCheck):
             try:
                 await self.kube.apply_workload_check(intent.namespace, intent.workload, workload_check_body(intent))
@@ -422,6 +427,6 @@ class Executor:
 def _workload_of(intent: Intent) -> str | None:
     if isinstance(intent, DeleteWorkload):
         return intent.name
-    if isinstance(intent, SetAdmissionCheck):
+    if isinstance(intent, (SetAdmissionCheck, SetWorkloadActive)):
         return intent.workload
     return None

@@ -15,10 +15,12 @@ import gc
 import logging
 from collections.abc import Iterator
 from fastapi import APIRouter, Request
+from lightkube.core.exceptions import ApiError
 from fastapi.responses import Response
 
 from app.api.hooks import BadHookRequest, parse_customize, parse_sync, sync_response, sync_response_bytes
 from app.api.objects import KubeObject
+from app.control import gang
 from app.control.intents import Intent
 from app.control.sync import Refusal, SyncSettings, customize, reconcile
 from app.kube.executor import ParentRef, utc_now
@@ -64,6 +66,7 @@ class _Pass:
     refusal: Refusal | None = None
     line: str = ""
     teardown_unfinished: bool = False  # a finalize pass answering `finalized: false`
+    needs_peers: bool = False  # the joint set reached its release bound: run again with the holders
 
 
 def _parent_ref(parent: KubeObject, *, finalizing: bool) -> ParentRef:
@@ -71,13 +74,13 @@ def _parent_ref(parent: KubeObject, *, finalizing: bool) -> ParentRef:
     return ParentRef(namespace=meta.get("namespace") or "", name=meta["name"], uid=meta["uid"], finalizing=finalizing)
 
 
-def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> _Pass:
+def _sync_pass(raw: bytes, hook: str, settings: SyncSettings, peers: list[gang.Holder] | None = None) -> _Pass:
     """Parse, reconcile, serialize (no I/O)."""
     request = parse_sync(raw, finalizing=hook == "finalize")
     parent = _parent_ref(request.parent, finalizing=hook == "finalize")
     now = utc_now()
     try:
-        outcome = reconcile(request, settings, now=now)
+        outcome = reconcile(request, settings, now=now, peers=peers)
     except RecursionError as exc:
         raise BadHookRequest("an object of the request is nested too deeply to plan from — send Kubernetes objects "
                              "as the API server stores them") from exc
@@ -89,7 +92,8 @@ def _sync_pass(raw: bytes, hook: str, settings: SyncSettings) -> _Pass:
     metrics.observe_sync(request.parent, outcome.status, outcome.intents, outcome.finalized, now)
     line = (f"{hook} {parent.namespace}/{parent.name}: {len(outcome.children)} children, "
             f"{len(outcome.intents)} intents, phase {outcome.status.get('phase')}")
-    return _Pass(parent, outcome.intents, body, line=line, teardown_unfinished=outcome.finalized is False)
+    return _Pass(parent, outcome.intents, body, line=line, teardown_unfinished=outcome.finalized is False,
+                 needs_peers=outcome.needs_peers)
 
 
 async def _reconcile(request: Request, hook: str) -> Response:
@@ -97,6 +101,12 @@ async def _reconcile(request: Request, hook: str) -> Response:
     raw = await request.body()
     with _gc_paused():
         done = _sync_pass(raw, hook, state.sync_settings)
+    if done.needs_peers:
+        # A joint set at its release bound yields only if it comes first among the sets holding part
+        # of a pool (docs/kueue.md#deadlock-release): one list of the deployments, then the pass again.
+        peers = await _joint_holders(state)
+        with _gc_paused():
+            done = _sync_pass(raw, hook, state.sync_settings, peers)
     if done.teardown_unfinished:
         # Its answer stands whatever the deletes do: they run after it (docs/metacontroller.md#finalize).
         state.executor.run_after_answer(done.parent, done.intents,
@@ -111,6 +121,19 @@ async def _reconcile(request: Request, hook: str) -> Response:
         return error_answer(429, f"render failed: {done.refusal.message}", {"Retry-After": str(retry)})
     log.info("%s", done.line)
     return Response(done.body, media_type="application/json")
+
+
+async def _joint_holders(state: ServiceState) -> list[gang.Holder]:
+    """Every deployment's joint admission holding record: one list of the ModelDeployments. None
+    without an API server, or when the list fails (logged): the pass then decides as a set alone."""
+    kube = state.executor.kube
+    if kube is None:
+        return []
+    try:
+        return gang.holders(await kube.model_deployments())
+    except (ApiError, OSError) as exc:
+        log.warning("could not list the ModelDeployments for the deadlock release: %s", exc)
+        return []
 
 
 @router.post("/sync")

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from app import timestamps, vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import Intent, SetAdmissionCheck
+from app.control.intents import Intent, SetWorkloadActive
 
 HOOK_LATENCY = Histogram(
     "modeldeployment_hook_duration_seconds", "Metacontroller hook latency by hook", ["hook"],
@@ -59,7 +59,7 @@ RENDER_FAILURES = Counter(
 )
 JOINT_RELEASES = Counter(
     "modeldeployment_joint_admission_releases_total",
-    "Sync passes that set Retry on the deployment's pod groups (a deadlock release; docs/kueue.md)",
+    "Sync passes that deactivated the deployment's pod groups (a deadlock release; docs/kueue.md)",
     ["namespace", "name"],
 )
 
@@ -119,8 +119,7 @@ def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], 
     if before and after and before.get("status") != vocab.CONDITION_TRUE and after.get("status") == vocab.CONDITION_TRUE \
             and before.get("lastTransitionTime"):
         ADMISSION_WAIT.labels(namespace, name).observe(max(0.0, timestamps.epoch_seconds(now) - timestamps.epoch_seconds(before["lastTransitionTime"])))
-    if any(isinstance(i, SetAdmissionCheck) and i.state == vocab.CHECK_STATE_RETRY and i.last_transition_time == now
-           for i in intents):
+    if any(isinstance(i, SetWorkloadActive) and not i.active and i.released_at == now for i in intents):
         JOINT_RELEASES.labels(namespace, name).inc()
 
 

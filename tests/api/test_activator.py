@@ -247,6 +247,9 @@ def test_the_wait_reason_names_the_cluster_queue_and_kueues_message() -> None:
 def test_a_rejected_or_deactivated_wake_or_an_image_pull_failure_fails_fast() -> None:
     assert "cannot admit" in (fail_reason([_workload("False", reason="Inadmissible")], []) or "")
     assert "deactivated" in (fail_reason([_workload("False", active=False)], []) or "")
+    yielded = _workload("False", active=False)  # the joint deadlock release's: it queues again one bound later
+    yielded["metadata"]["annotations"] = {vocab.ANNOTATION_GANG_RELEASED_AT: "2026-11-30T00:00:00Z"}
+    assert fail_reason([yielded], []) is None
     pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [
         {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}}
     assert "cannot pull its image" in (fail_reason([], [pod]) or "")

@@ -178,3 +178,31 @@ def test_the_scaler_sync_answers_503_too_when_the_api_server_is_gone(client, mon
     assert response.status_code == 503 and response.headers["retry-after"] == "5"
     metrics = client.get("/metrics").text
     assert 'modeldeployment_hook_errors_total{hook="scaler-sync",kind="api_unavailable"}' in metrics
+
+
+def test_a_joint_set_at_its_release_bound_runs_its_pass_again_with_the_holders(client):
+    """docs/kueue.md#deadlock-release: the first pass cannot decide whether the set yields; the
+    handler lists the deployments (none without an API server: the set is alone) and runs it again."""
+    from app.render import names
+    from tests.helpers import pods, sync, workload
+
+    md = parent("pd-pair")
+    del md["spec"]["router"]
+    gated = []  # the set's Pods, still behind Kueue's admission gate
+    for i, pod in enumerate(pods(sync(md))):
+        pod["metadata"]["uid"] = f"pod-{i}"
+        pod["spec"]["schedulingGates"] = [{"name": vocab.KUEUE_SCHEDULING_GATE}]
+        gated.append(pod)
+    groups = [names.pod_group("team-a", md["metadata"]["name"], role["name"], o) for role in md["spec"]["roles"]
+              for o in range(role["replicas"])]
+    held = []
+    for i, group in enumerate(groups):
+        wl = workload("team-a", group, reserved=i < 3, admitted=False)  # reserved since 2026-11-29: long past
+        wl["metadata"]["uid"] = f"wl-{i}"
+        wl["status"]["admissionChecks"] = [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending", "message": "",
+                                            "lastTransitionTime": "2026-11-29T12:00:00Z"}]
+        held.append(wl)
+    response = client.post("/hooks/sync", json=request(md, children=gated, extra_related=held))
+    assert response.status_code == 200, response.text
+    record = response.json()["status"]["jointAdmission"]
+    assert set(record) >= {"releasedAt", "have", "want"} and "holdingSince" not in record  # it yielded

@@ -116,6 +116,10 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
         (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENTS, "get"),  # the parent, before a side effect
         (vocab.KUEUE_GROUP, "workloads", "get"),  # its uid and owners, before the delete
         (vocab.KUEUE_GROUP, "workloads", "delete"),
+        # The deadlock release: spec.active on the yielding set's Workloads, and one list of the
+        # deployments' holding records at the bound (docs/kueue.md#deadlock-release).
+        (vocab.KUEUE_GROUP, "workloads", "patch"),
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENTS, "list"),
         (vocab.KUEUE_GROUP, "workloads/status", "patch"),
         (vocab.KUEUE_GROUP, "admissionchecks", "get"),
         (vocab.KUEUE_GROUP, "admissionchecks", "create"),

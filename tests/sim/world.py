@@ -51,7 +51,8 @@ from app import vocab
 from app.api.hooks import HookRequest, hook_request
 from app.api.v1 import ModelDeployment
 from app.control import observed as obs
-from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck
+from app.control import gang
+from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck, SetWorkloadActive
 from app.control.sync import Refusal, SyncResult, SyncSettings, customize, reconcile
 from app.model.context import build_context
 from app.render import names
@@ -156,6 +157,16 @@ def check_state(wl: dict[str, Any]) -> dict[str, Any] | None:
 
 def reserved(wl: dict[str, Any] | None) -> bool:
     return wl is not None and cond_true(wl, "QuotaReserved")
+
+
+def _label(intent: Intent) -> str:
+    if isinstance(intent, SetWorkloadActive):
+        return f"{'activate' if intent.active else 'deactivate'} {intent.workload}"
+    return str(getattr(intent, "name", ""))
+
+
+def active(wl: dict[str, Any] | None) -> bool:
+    return wl is not None and (wl.get("spec") or {}).get("active") is not False
 
 
 def admitted(wl: dict[str, Any] | None) -> bool:
@@ -270,6 +281,11 @@ class Sim:
         self.check_writes: list[tuple[float, str, str, str]] = []  # (t, workload, old state, new state)
         self.conflicts = 0
         self.admitted_fingerprints: set[str | None] = set()
+        # Kueue's queue: Workloads the scheduler found inadmissible (a check not Pending/Ready, or no
+        # room) wait here until a requeue trigger moves them back (docs/kueue.md#deadlock-release).
+        self.parked: set[str] = set()
+        self.seen_capacity: dict[str, int] = {}
+        self.activity: list[tuple[float, str, str, bool]] = []  # (t, deployment, workload, active) written
         self._rv = 0
         self._uid = 0
         for it in self.instance_types():
@@ -484,6 +500,11 @@ class Sim:
         request = self.request(name)
         now = self.now()
         result = reconcile(request, self.settings, now=now)
+        peers = None
+        if isinstance(result, SyncResult) and result.needs_peers:
+            # The hook handler lists every deployment once and runs the pass again.
+            peers = gang.holders(copy.deepcopy(list(self.parents.values())))
+            result = reconcile(request, self.settings, now=now, peers=peers)
         if isinstance(result, Refusal):
             self.note(f"sync {name}: render failed: {result.message}")
             for intent in result.events:
@@ -493,13 +514,15 @@ class Sim:
             return record
         input_key = b""
         if self.check_determinism:
-            again = reconcile(copy.deepcopy(request), self.settings, now=now)
+            again = reconcile(copy.deepcopy(request), self.settings, now=now, peers=copy.deepcopy(peers))
             assert isinstance(again, SyncResult)
             if dumps(again.status) != dumps(result.status) or dumps(again.children) != dumps(result.children) \
                     or repr(again.intents) != repr(result.intents):
                 self.fail(f"sync {name}: the same request gave a different answer")
             input_key = dumps([request.children, request.related, parent["spec"], parent["metadata"].get("generation"),
-                               parent["metadata"].get("deletionTimestamp")])
+                               parent["metadata"].get("deletionTimestamp"),
+                               # the other deployments' holding records, when the pass read them
+                               None if peers is None else [(h.uid, h.record()) for h in peers]])
             # A pass that time brought (its resyncAfterSeconds or the periodic resync came due) may
             # find time changed its answer: a stall named after a minute (app/control/stalls.py).
             last = self.last_pass.get(name)
@@ -538,7 +561,7 @@ class Sim:
             self.last_input[name] = input_key
         record = PassRecord(name, self.t, result, None, created, deleted, list(result.intents))
         self.passes.append(record)
-        summary = ", ".join(f"{type(i).__name__}:{getattr(i, 'reason', '') or getattr(i, 'state', '') or i.name}"
+        summary = ", ".join(f"{type(i).__name__}:{getattr(i, 'reason', '') or getattr(i, 'state', '') or _label(i)}"
                             for i in result.intents)
         self.note(f"sync {name}: +{created} -{deleted} intents[{summary}] phase={result.status.get('phase')}")
         if request.finalizing and result.finalized:
@@ -788,6 +811,8 @@ class Sim:
             self.delete_workload(intent.name, why=intent.why)
         elif isinstance(intent, RecordEvent):
             self._record_event(intent)
+        elif isinstance(intent, SetWorkloadActive):
+            self._set_active(deployment, intent)
         elif isinstance(intent, SetAdmissionCheck):
             self._check_intent(deployment, intent, facts or {})
             wl = self.workloads.get(intent.workload)
@@ -805,6 +830,49 @@ class Sim:
             wl.setdefault("status", {})["admissionChecks"] = sorted([*checks, new_entry], key=lambda e: e["name"])
             wl["metadata"]["resourceVersion"] = self._next_rv()
             self.check_writes.append((self.t, intent.workload, str(old), intent.state))
+
+    def _set_active(self, deployment: str, intent: SetWorkloadActive) -> None:
+        """The deadlock release's merge patch, held to the copy's uid and resourceVersion; then what
+        Kueue's workload controller does with spec.active (v0.19)."""
+        wl = self.workloads.get(intent.workload)
+        if wl is None or (intent.uid and wl["metadata"]["uid"] != intent.uid) or \
+                (intent.resource_version and wl["metadata"]["resourceVersion"] != intent.resource_version):
+            self.conflicts += 1
+            return
+        if intent.workload not in self._groups_of(deployment):
+            self.fail(f"{deployment}: spec.active written on {intent.workload}, not one of its groups")
+        if admitted(wl):
+            self.fail(f"{deployment}: spec.active written on admitted {intent.workload}")
+        notes = wl["metadata"].setdefault("annotations", {})
+        if intent.active and vocab.ANNOTATION_GANG_RELEASED_AT not in notes:
+            self.fail(f"{deployment}: activated {intent.workload}, which its release had not deactivated")
+        if intent.active and (check_state(wl) or {}).get("state") != PENDING:
+            self.fail(f"{deployment}: activated {intent.workload} while its check reads "
+                      f"{(check_state(wl) or {}).get('state')} (Kueue would park it again)")
+        if intent.released_at:
+            notes[vocab.ANNOTATION_GANG_RELEASED_AT] = intent.released_at
+        else:
+            notes.pop(vocab.ANNOTATION_GANG_RELEASED_AT, None)
+        was_active = active(wl)
+        wl["spec"]["active"] = intent.active
+        wl["metadata"]["resourceVersion"] = self._next_rv()
+        self.activity.append((self.t, deployment, intent.workload, intent.active))
+        cq = self.wl_info[intent.workload]["cq"]
+        if was_active and not intent.active:
+            self.note(f"Workload {intent.workload} deactivated")
+            self.parked.discard(intent.workload)
+            if reserved(wl):
+                self.evict(intent.workload, vocab.KUEUE_EVICTED_DEACTIVATED, "The workload is deactivated")
+                self._set_cond(wl, "Requeued", "False", vocab.KUEUE_EVICTED_DEACTIVATED, "The workload is deactivated")
+            else:
+                self._set_cond(wl, "Evicted", "True", vocab.KUEUE_EVICTED_DEACTIVATED, "The workload is deactivated")
+                self.requeue_parked(cq, f"{intent.workload} deactivated")
+        elif intent.active and not was_active:
+            # A spec change (and Requeued=True Reactivated): back into the queue, at its back.
+            self.note(f"Workload {intent.workload} activated again")
+            self._set_cond(wl, "Requeued", "True", "Reactivated", "The workload was reactivated")
+            self.parked.discard(intent.workload)
+            self.wl_info[intent.workload]["queued_at"] = self.t
 
     def _record_event(self, intent: RecordEvent) -> None:
         self.event_log.append(intent)
@@ -853,8 +921,10 @@ class Sim:
                 wl["metadata"]["deletionTimestamp"] = self.now()
                 wl["metadata"]["resourceVersion"] = self._next_rv()
         else:
+            cq = self.wl_info.pop(name, {}).get("cq")
             del self.workloads[name]
-            self.wl_info.pop(name, None)
+            self.parked.discard(name)
+            self.requeue_parked(cq, f"{name} deleted")
         self.note(f"Workload {name} deleted ({why})")
         # Kueue: the job is stopped (its Pods deleted) and its Pods' finalizers stripped.
         for pod in list(self.pods.values()):
@@ -883,14 +953,16 @@ class Sim:
         for name, wl in sorted(self.workloads.items()):
             if not deleting(wl) and self._owners_gone(wl, uids):
                 del self.workloads[name]
-                self.wl_info.pop(name, None)
+                self.parked.discard(name)
+                self.requeue_parked(self.wl_info.pop(name, {}).get("cq"), f"{name} deleted")
                 self.note(f"garbage collector: Workload {name} deleted (its Pods are gone)")
 
     def kueue_compose(self) -> None:
         self.garbage_collect()
         for name in [n for n, w in self.workloads.items() if deleting(w)]:
             del self.workloads[name]
-            self.wl_info.pop(name, None)
+            self.parked.discard(name)
+            self.requeue_parked(self.wl_info.pop(name, {}).get("cq"), f"{name} deleted")
             self.note(f"Kueue: Workload {name} finalized")
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in self.pods.values():
@@ -962,18 +1034,36 @@ class Sim:
                    if info["cq"] == cq and reserved(self.workloads[n]) and not deleting(self.workloads[n]))
 
     def queued(self, cq: str | None = None) -> list[str]:
-        """Workloads waiting for quota, in the order Kueue would try them."""
+        """Workloads in Kueue's queue (its heap: neither parked nor inactive), in the order Kueue
+        would try them."""
         out = []
         for n, wl in self.workloads.items():
             info = self.wl_info[n]
             if cq is not None and info["cq"] != cq:
                 continue
-            if reserved(wl) or deleting(wl):
+            if reserved(wl) or deleting(wl) or not active(wl) or n in self.parked:
                 continue
-            if any(e.get("state") in (RETRY, "Rejected") for e in (wl.get("status") or {}).get("admissionChecks") or []):
-                continue  # inadmissible: "The workload has failed admission checks"
             out.append(n)
         return sorted(out, key=lambda n: (self.wl_info[n]["queued_at"], self.workloads[n]["metadata"]["creationTimestamp"], n))
+
+    def waiting(self, cq: str | None = None) -> list[str]:
+        """Every Workload that wants quota and has none: queued or parked (not inactive)."""
+        return sorted(n for n, wl in self.workloads.items()
+                      if (cq is None or self.wl_info[n]["cq"] == cq) and not reserved(wl) and not deleting(wl)
+                      and active(wl))
+
+    def _park(self, name: str, why: str) -> None:
+        if name not in self.parked:
+            self.parked.add(name)
+            self.note(f"Kueue: {name} parked as inadmissible ({why})")
+
+    def requeue_parked(self, cq: str | None, why: str) -> None:
+        """A requeue trigger (kueue v0.19 QueueAssociatedInadmissibleWorkloadsAfter, a ClusterQueue
+        change): every Workload parked in the ClusterQueue goes back to the queue."""
+        moved = sorted(n for n in self.parked if cq is None or self.wl_info.get(n, {}).get("cq") == cq)
+        self.parked -= set(moved)
+        if moved:
+            self.note(f"Kueue: {len(moved)} parked Workloads of {cq or 'every queue'} requeued ({why})")
 
     def kueue_reserve(self, name: str) -> bool:
         """The scheduler reserves quota for one Workload if it fits (and admits it at once if every
@@ -982,7 +1072,11 @@ class Sim:
         if wl is None or name not in self.queued():
             return False
         info = self.wl_info[name]
+        if any(e.get("state") in (RETRY, "Rejected") for e in (wl.get("status") or {}).get("admissionChecks") or []):
+            self._park(name, "The workload has failed admission checks")
+            return False
         if self.used(info["cq"]) + info["cards"] > self.capacity.get(info["cq"], 0):
+            self._park(name, "insufficient quota")
             return False
         self._set_cond(wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {info['cq']}")
         for type_ in ("Evicted", "Preempted"):
@@ -998,7 +1092,12 @@ class Sim:
         return True
 
     def kueue_reserve_all(self) -> None:
-        """One scheduling cycle, BestEffortFIFO: every queued Workload that fits, in queue order."""
+        """One scheduling cycle, BestEffortFIFO: every queued Workload that fits, in queue order; one
+        that does not is parked."""
+        for cq, cards in sorted(self.capacity.items()):
+            if self.seen_capacity.get(cq) != cards:  # a ClusterQueue change requeues what it parked
+                self.seen_capacity[cq] = cards
+                self.requeue_parked(cq, "ClusterQueue changed")
         for name in self.queued():
             self.kueue_reserve(name)
 
@@ -1061,6 +1160,7 @@ class Sim:
                              lastTransitionTime=self.now())
         wl["metadata"]["resourceVersion"] = self._next_rv()
         self.wl_info[name]["queued_at"] = self.t  # requeued at the back (eviction timestamp)
+        self.requeue_parked(self.wl_info[name]["cq"], f"{name} evicted")
         # Stop: ungated Pods are deleted; gated ones are left for the next admission.
         for pod in list(self.pods.values()):
             if labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == name and not gated(pod) \

@@ -364,3 +364,25 @@ def test_a_teardown_after_its_answer_runs_after_the_last_one_of_its_parent_and_n
 
     run(two_passes())
     assert [type(f).__name__ for f in failures] == ["ParentMismatch"]
+
+
+def test_the_deadlock_release_is_a_merge_patch_held_to_the_copy_and_names_only_our_mark():
+    from app.control.intents import SetWorkloadActive
+    from app.kube.client import workload_active_body
+
+    off = workload_active_body(SetWorkloadActive("team-a", GROUP_1, "wl-1", "7", False, "2026-11-30T00:00:00Z"))
+    assert off == {"metadata": {"uid": "wl-1", "resourceVersion": "7",
+                                "annotations": {vocab.ANNOTATION_GANG_RELEASED_AT: "2026-11-30T00:00:00Z"}},
+                   "spec": {"active": False}}
+    on = workload_active_body(SetWorkloadActive("team-a", GROUP_1, "wl-1", "8", True))
+    assert on["spec"] == {"active": True} and on["metadata"]["annotations"] == {vocab.ANNOTATION_GANG_RELEASED_AT: None}
+
+    class Kube(FakeKube):
+        async def set_workload_active(self, intent):
+            self.calls.append(("set_workload_active", intent.namespace, intent.workload))
+            return True
+
+    kube = Kube()
+    run(Executor(kube).run(QWEN, [SetWorkloadActive("team-a", GROUP_1, "wl-1", "7", False, "2026-11-30T00:00:00Z"),
+                                  SetWorkloadActive("team-a", "not-ours", "wl-2", "7", False, "2026-11-30T00:00:00Z")]))
+    assert [c for c in kube.calls if c[0] == "set_workload_active"] == [("set_workload_active", "team-a", GROUP_1)]

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app import vocab
-from app.control.intents import SetAdmissionCheck
+from app.control.intents import SetWorkloadActive
 from app.web import metrics
 from tests.conftest import EXAMPLES
 from tests.helpers import parent, request
@@ -84,11 +84,11 @@ def test_admission_wait_rollouts_and_joint_releases():
     held["status"] = _status("True", now)
     metrics.observe_sync(held, _status("True", now), [], None, "2026-11-29T12:01:00Z")
     assert sample("modeldeployment_admission_wait_seconds_count", namespace="obs", name="waits") == 1
-    # A pass that sets Retry now is a release; one that only keeps it is not.
-    retry = SetAdmissionCheck(namespace="obs", workload="w", resource_version="1", state="Retry", message="m",
-                              last_transition_time="2026-11-29T12:02:00Z")
-    metrics.observe_sync(held, _status("False", now), [retry], None, "2026-11-29T12:02:00Z")
-    metrics.observe_sync(held, _status("False", now), [retry], None, "2026-11-29T12:02:05Z")
+    # A pass that deactivates the set's groups now is a release; a later one repeating it is not.
+    release = SetWorkloadActive(namespace="obs", workload="w", uid="u", resource_version="1", active=False,
+                                released_at="2026-11-29T12:02:00Z")
+    metrics.observe_sync(held, _status("False", now), [release], None, "2026-11-29T12:02:00Z")
+    metrics.observe_sync(held, _status("False", now), [release], None, "2026-11-29T12:02:05Z")
     assert sample("modeldeployment_joint_admission_releases_total", namespace="obs", name="waits") == 1
     # A role that goes away loses its series.
     renamed = _status("True", now)

@@ -114,13 +114,39 @@ def test_next_incarnations_move_past_every_listed_incarnation(previous, observed
 # --- gang ------------------------------------------------------------------------------------------
 
 
-def test_release_bound_is_stretched_once_per_reservation_and_deterministic():
-    bounds = {gang.release_bound("team-a", f"md-{i}", "2026-11-30T00:00:00Z", 600.0) for i in range(50)}
-    assert all(600.0 <= b < 1200.0 for b in bounds)
-    assert len(bounds) == 50  # two sets that started holding together do not release together
-    again = gang.release_bound("team-a", "md-0", "2026-11-30T00:00:00Z", 600.0)
-    assert again == gang.release_bound("team-a", "md-0", "2026-11-30T00:00:00Z", 600.0)
-    assert again != gang.release_bound("team-a", "md-0", "2026-11-30T00:10:00Z", 600.0)  # a new round, a new draw
+def holder(name: str, have: int, want: int, *, created: str = "2026-11-30T00:00:00Z", uid: str = "",
+           cqs: tuple[str, ...] = ("h20",)) -> gang.Holder:
+    return gang.Holder("team-a", name, uid or f"uid-{name}", created, have, want, "2026-11-30T00:00:00Z",
+                       frozenset(cqs), frozenset())
+
+
+def test_the_yield_order_is_the_smaller_share_then_the_newer_deployment_then_the_uid():
+    a, b = holder("a", 3, 4), holder("b", 1, 4)
+    assert gang._first(a, [a, b]) is b and gang._first(b, [a, b]) is b  # both passes agree: b yields
+    older, newer = holder("old", 2, 4), holder("new", 1, 2, created="2026-11-30T00:00:05Z")
+    assert gang._first(older, [newer]) is newer and gang._first(newer, [older]) is newer  # same share
+    x, y = holder("x", 1, 4, uid="uid-1"), holder("y", 1, 4, uid="uid-2")
+    assert gang._first(x, [y]) is x and gang._first(y, [x]) is x
+    other_pool = holder("z", 1, 8, cqs=("a10g",))
+    assert gang._first(a, [other_pool]) is a  # a holder on another pool is not a rival
+    # Of any number of holders reaching their bound together, exactly one comes first in its own view.
+    many = [holder(f"m{i}", h, 4) for i, h in enumerate((1, 2, 3, 1))]
+    assert sum(gang._first(m, many) is m for m in many) == 1
+
+
+def test_holders_are_read_from_the_listed_deployments_status_and_malformed_records_are_skipped():
+    listed = [
+        {"metadata": {"name": "a", "namespace": "team-a", "uid": "u-a", "creationTimestamp": "2026-11-30T00:00:00Z"},
+         "status": {"jointAdmission": {"holdingSince": "2026-11-30T00:00:01Z", "have": 1, "want": 4,
+                                       "clusterQueues": ["h20"], "localQueues": ["team-a/h20"]}}},
+        {"metadata": {"name": "b", "namespace": "team-a", "uid": "u-b"}, "status": {"jointAdmission": {"have": "x"}}},
+        {"metadata": {"name": "c", "namespace": "team-a", "uid": "u-c"}, "status": {}},
+        {"metadata": {"name": "d", "namespace": "team-a", "uid": "u-d", "deletionTimestamp": "2026-11-30T00:00:00Z"},
+         "status": {"jointAdmission": {"holdingSince": "2026-11-30T00:00:01Z", "have": 1, "want": 4}}},
+    ]
+    (only,) = gang.holders(listed)
+    assert (only.name, only.have, only.want, only.cluster_queues, only.local_queues) == (
+        "a", 1, 4, frozenset({"h20"}), frozenset({"team-a/h20"}))
 
 
 def ordinal(action: Action, *, admitted=False, reserved=False, up_to_date=True) -> OrdinalPlan:
@@ -148,57 +174,107 @@ COMPLETE = gang.GangVerdict(True, 4, 4)
 PARTIAL = gang.GangVerdict(False, 3, 4)
 
 
-@pytest.mark.parametrize("case, grp, joint, verdict_, mode, expected_state", [
-    ("admitted gets Ready once", group("Pending", "QuotaReserved", "Admitted"), True, PARTIAL, "", "Ready"),
-    ("admitted and Ready: left alone", group("Ready", "QuotaReserved", "Admitted"), True, PARTIAL, "", None),
-    ("single role: Ready on quota", group("Pending", "QuotaReserved"), False, PARTIAL, "", "Ready"),
-    ("joint: Ready only on the whole set", group("Pending", "QuotaReserved"), True, PARTIAL, "", "Pending"),
-    ("joint and complete: Ready", group("Pending", "QuotaReserved"), True, COMPLETE, "", "Ready"),
-    ("no quota: Pending", group("Pending"), True, COMPLETE, "", "Pending"),
-    ("obsolete render: never Ready", group("Pending", "QuotaReserved", admissible=False), False, COMPLETE, "",
+@pytest.mark.parametrize("case, grp, joint, verdict_, expected_state", [
+    ("admitted gets Ready once", group("Pending", "QuotaReserved", "Admitted"), True, PARTIAL, "Ready"),
+    ("admitted and Ready: left alone", group("Ready", "QuotaReserved", "Admitted"), True, PARTIAL, None),
+    ("single role: Ready on quota", group("Pending", "QuotaReserved"), False, PARTIAL, "Ready"),
+    ("joint: Ready only on the whole set", group("Pending", "QuotaReserved"), True, PARTIAL, "Pending"),
+    ("joint and complete: Ready", group("Pending", "QuotaReserved"), True, COMPLETE, "Ready"),
+    ("no quota: Pending", group("Pending"), True, COMPLETE, "Pending"),
+    ("obsolete render: never Ready", group("Pending", "QuotaReserved", admissible=False), False, COMPLETE,
      "Pending"),
-    ("release: Retry", group("Pending", "QuotaReserved"), True, PARTIAL, "release", "Retry"),
-    ("Retry while reserved: Kueue evicts it", group("Retry", "QuotaReserved"), True, PARTIAL, "", None),
+    ("Retry while reserved: Kueue evicts it", group("Retry", "QuotaReserved"), True, PARTIAL, None),
+    ("an earlier version's Retry, unreserved: Pending", group("Retry"), True, PARTIAL, "Pending"),
 ])
-def test_decide_one_group(case, grp, joint, verdict_, mode, expected_state):
-    decision = gang._decide(grp, joint, verdict_, mode, "note")
+def test_decide_one_group(case, grp, joint, verdict_, expected_state):
+    decision = gang._decide(grp, joint, verdict_)
     assert (decision[0] if decision else None) == expected_state, case
 
 
-def test_admission_checks_hold_a_partial_set_and_release_it_after_the_bound():
+def _pd_set(reserved: int, *, since: str = "2026-11-30T00:00:00Z", extra: dict[str, Any] | None = None):
+    """pd-pair (2 + 2 groups) whose first `reserved` groups hold quota since `since`; `extra` merges
+    into every Workload's metadata."""
     md = copy.deepcopy(example("pd-pair"))
-    md["metadata"]["uid"] = "uid-pd"
+    md["metadata"].update(uid="uid-pd", creationTimestamp="2026-11-29T00:00:00Z")
     del md["spec"]["router"]
-    groups = [names.pod_group("team-a", "pd-demo", role["name"], o) for role in md["spec"]["roles"]
+    groups = [(role["name"], o, names.pod_group("team-a", "pd-demo", role["name"], o)) for role in md["spec"]["roles"]
               for o in range(role["replicas"])]
 
-    def wl(name: str, reserved: bool) -> dict[str, Any]:
-        conditions = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-11-30T00:00:00Z"}] \
-            if reserved else []
-        return {"apiVersion": vocab.KUEUE_API_VERSION, "kind": "Workload",
-                "metadata": {"name": name, "namespace": "team-a", "resourceVersion": "7"},
-                "status": {"conditions": conditions, "admissionChecks": [
-                    {"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending", "message": "",
-                     "lastTransitionTime": "2026-11-30T00:00:00Z"}]}}
+    def wl(name: str, holds: bool) -> dict[str, Any]:
+        conditions = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": since}] if holds else []
+        meta = {"name": name, "namespace": "team-a", "resourceVersion": "7", "uid": f"wl-{name}", **(extra or {})}
+        return {"apiVersion": vocab.KUEUE_API_VERSION, "kind": "Workload", "metadata": meta,
+                "spec": {"queueName": "h20", "active": "annotations" not in (extra or {})},
+                "status": {"conditions": conditions, "admission": {"clusterQueue": "h20"} if holds else {},
+                           "admissionChecks": [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending", "message": "",
+                                                "lastTransitionTime": since}]}}
 
-    workloads = [wl(g, reserved=i < 3) for i, g in enumerate(groups)]  # 3 of 4 hold quota
-    world = World.from_related(related_map(world_objects() + workloads))
-    ctx = build_context(ModelDeployment.model_validate(md), world, RenderOptions())
-    plans = [RolePlan(role["name"], ordinals=[
-        OrdinalPlan(o, Action.KEEP, reserved=o == 0 or role["name"] == "prefill", up_to_date=True)
-        for o in range(role["replicas"])]) for role in md["spec"]["roles"]]
+    workloads = [wl(g, holds=i < reserved) for i, (_, _, g) in enumerate(groups)]
+    ctx = build_context(ModelDeployment.model_validate(md), World.from_related(related_map(world_objects() + workloads)),
+                        RenderOptions())
+    held = {(r, o) for i, (r, o, _) in enumerate(groups) if i < reserved}
+    plans = [RolePlan(role["name"], ordinals=[OrdinalPlan(o, Action.KEEP, reserved=(role["name"], o) in held,
+                                                          up_to_date=True) for o in range(role["replicas"])])
+             for role in md["spec"]["roles"]]
+    return ctx, plans, [g for _, _, g in groups]
 
-    early = gang.admission_checks(ctx, plans, now="2026-11-30T00:01:00Z", release_after_seconds=600)
-    assert early == []  # Pending already: only the count would change, and that is not written
+
+def test_a_partial_set_holds_says_so_and_at_its_bound_yields_only_when_first():
+    ctx, plans, groups = _pd_set(3)  # 3 of 4 hold quota
+    early = gang.decide(ctx, plans, now="2026-11-30T00:01:00Z", release_after_seconds=600)
+    assert early.intents == []  # Pending already: only the count would change, and that is not written
+    assert early.record == {"holdingSince": "2026-11-30T00:00:00Z", "have": 3, "want": 4, "clusterQueues": ["h20"],
+                            "localQueues": ["team-a/h20"]}
+    assert early.wait == pytest.approx(540) and not early.needs_peers
 
     obsolete = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=o.reserved, up_to_date=False)
                                            for o in p.ordinals]) for p in plans]
-    reasons = gang.admission_checks(ctx, obsolete, now="2026-11-30T00:01:00Z", release_after_seconds=600)
+    reasons = gang.decide(ctx, obsolete, now="2026-11-30T00:01:00Z", release_after_seconds=600).intents
     assert {i.workload for i in reasons} == set(groups)  # a group that may not start says why
     assert {i.state for i in reasons} == {"Pending"} and "obsolete render" in reasons[0].message
 
-    late = gang.admission_checks(ctx, plans, now="2026-11-30T01:00:00Z", release_after_seconds=600)
-    assert {i.state for i in late} == {"Retry"} and all(i.resource_version == "7" for i in late)
+    late = "2026-11-30T00:10:00Z"
+    assert gang.decide(ctx, plans, now=late, release_after_seconds=600).needs_peers  # the handler lists them
+    alone = gang.decide(ctx, plans, now=late, release_after_seconds=600, peers=[])
+    assert {(type(i).__name__, i.active, i.released_at) for i in alone.intents} == {("SetWorkloadActive", False, late)}
+    assert {i.workload for i in alone.intents} == set(groups) and all(i.resource_version == "7" for i in alone.intents)
+    assert alone.record == {"releasedAt": late, "have": 3, "want": 4, "clusterQueues": ["h20"],
+                            "localQueues": ["team-a/h20"]}  # it yielded: the others keep what they hold
+
+    yielded = gang.Holder("team-a", "other", "uid-other", "2026-11-30T00:00:00Z", 1, 4, "", frozenset({"h20"}),
+                          released_at="2026-11-30T00:09:00Z")
+    keeps = gang.decide(ctx, plans, now=late, release_after_seconds=600, peers=[yielded])
+    assert keeps.intents == [] and keeps.wait == pytest.approx(540)  # until the other queues again
+
+    smaller = gang.Holder("team-a", "other", "uid-other", "2026-11-30T00:00:00Z", 1, 4, "2026-11-30T00:05:00Z",
+                          frozenset({"h20"}))
+    waits = gang.decide(ctx, plans, now=late, release_after_seconds=600, peers=[smaller])
+    assert waits.intents == [] and waits.record is not None
+    assert waits.wait == pytest.approx(300)  # when the other reaches its own bound
+    elsewhere = gang.Holder("team-a", "other", "uid-other", "2026-11-30T00:00:00Z", 1, 4, "2026-11-30T00:05:00Z",
+                            frozenset({"a10g"}), frozenset({"team-b/a10g"}))
+    assert gang.decide(ctx, plans, now=late, release_after_seconds=600, peers=[elsewhere]).intents
+
+
+def test_a_released_set_backs_off_then_reads_pending_and_is_activated_again():
+    released = {"annotations": {vocab.ANNOTATION_GANG_RELEASED_AT: "2026-11-30T00:10:00Z"}}
+    ctx, plans, groups = _pd_set(0, extra=released)
+    backing = gang.decide(ctx, plans, now="2026-11-30T00:12:00Z", release_after_seconds=600)
+    assert backing.intents == [] and backing.wait == pytest.approx(480)
+    assert backing.record == {"releasedAt": "2026-11-30T00:10:00Z", "have": 0, "want": 4, "clusterQueues": [],
+                              "localQueues": ["team-a/h20"]}
+    over = gang.decide(ctx, plans, now="2026-11-30T00:20:00Z", release_after_seconds=600)
+    assert {(type(i).__name__, i.active, i.released_at) for i in over.intents} == {("SetWorkloadActive", True, "")}
+    assert {i.workload for i in over.intents} == set(groups) and over.record is None
+    # A check that does not read Pending is set to Pending first: Kueue would park the Workload again.
+    for g in groups:
+        workload = ctx.world.workload("team-a", g)
+        assert workload is not None
+        workload["status"]["admissionChecks"][0]["state"] = "Retry"
+    first = gang.decide(ctx, plans, now="2026-11-30T00:20:00Z", release_after_seconds=600).intents
+    assert {(type(i).__name__, getattr(i, "state", None)) for i in first} == {("SetAdmissionCheck", "Pending")}
+    # Disabling the release activates at once what an earlier release left.
+    assert len(gang.decide(ctx, plans, now="2026-11-30T00:12:00Z", release_after_seconds=0).intents) == 4
 
 
 def test_a_workload_delete_carries_the_requests_copy():
@@ -210,34 +286,6 @@ def test_a_workload_delete_carries_the_requests_copy():
     assert (intent.uid, intent.owners) == ("wl-1", (("Pod", "qwen-server-r0-x"),))
     # Without a copy (a shed ordinal no longer listed) the executor reads it.
     assert (workload_delete("team-a", "g", None, "scale-down").uid, workload_delete("team-a", "g", {}, "x").uid) == ("", "")
-
-
-def test_a_joint_set_asks_to_come_back_when_its_partial_reservation_is_released():
-    md = copy.deepcopy(example("pd-pair"))
-    md["metadata"]["uid"] = "uid-pd"
-    del md["spec"]["router"]
-    groups = [names.pod_group("team-a", "pd-demo", role["name"], o) for role in md["spec"]["roles"]
-              for o in range(role["replicas"])]
-    since = "2026-11-30T00:00:00Z"
-    workloads = [{"apiVersion": vocab.KUEUE_API_VERSION, "kind": "Workload",
-                  "metadata": {"name": g, "namespace": "team-a", "resourceVersion": "7"},
-                  "status": {"conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": since}]
-                             if i == 0 else [],
-                             "admissionChecks": [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending",
-                                                  "message": "", "lastTransitionTime": since}]}}
-                 for i, g in enumerate(groups)]
-    ctx = build_context(ModelDeployment.model_validate(md),
-                        World.from_related(related_map(world_objects() + workloads)), RenderOptions())
-    plans = [RolePlan(role["name"], ordinals=[OrdinalPlan(o, Action.KEEP, reserved=(role["name"], o) == ("prefill", 0),
-                                                          up_to_date=True) for o in range(role["replicas"])])
-             for role in md["spec"]["roles"]]
-    bound = gang.release_bound("team-a", "pd-demo", since, 600)
-    left = gang.seconds_until_release(ctx, plans, now="2026-11-30T00:01:00Z", release_after_seconds=600)
-    assert left == pytest.approx(bound - 60)
-    assert gang.seconds_until_release(ctx, plans, now=since, release_after_seconds=0) is None
-    whole = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=True, up_to_date=True)
-                                        for o in p.ordinals]) for p in plans]
-    assert gang.seconds_until_release(ctx, whole, now=since, release_after_seconds=600) is None
 
 
 def placed(host: str, *, levels: tuple[str, ...] = (vocab.LABEL_HOSTNAME,)) -> dict[str, Any]:

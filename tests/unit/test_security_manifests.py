@@ -72,6 +72,8 @@ def test_rbac_reads_the_parent_and_workloads_before_writing():
                for v in rule["verbs"]}
     assert ("worker.gpustack.ai", "modeldeployments", "get") in granted
     assert {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "delete")} <= granted
+    # The deadlock release: a merge patch of spec.active, and one list of the holding records.
+    assert {("kueue.x-k8s.io", "workloads", "patch"), ("worker.gpustack.ai", "modeldeployments", "list")} <= granted
     assert not any(v in ("update", "deletecollection", "*") for _, _, v in granted)
 
 

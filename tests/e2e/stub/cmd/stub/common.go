@@ -34,8 +34,12 @@ var (
 	startedAt   = time.Now()
 )
 
-// podIP is the first non-loopback IPv4 address: the Pod IP inside a Pod's network namespace.
+// podIP is the first non-loopback IPv4 address: the Pod IP inside a Pod's network namespace
+// (STUB_LISTEN_HOST when set: see listenHost).
 func podIP() string {
+	if h := os.Getenv("STUB_LISTEN_HOST"); h != "" {
+		return h
+	}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return ""
@@ -108,6 +112,21 @@ func envInt(name string, fallback int) int {
 		return n
 	}
 	return fallback
+}
+
+// listenHost is the address a program listens on: STUB_LISTEN_HOST, when set, stands for the
+// Pod's IP and its loopback together (local tests run each "Pod" on its own 127.0.0.x, so every
+// rendered port stays as rendered); else the rendered host.
+func listenHost(rendered string) string {
+	if h := os.Getenv("STUB_LISTEN_HOST"); h != "" {
+		return h
+	}
+	return rendered
+}
+
+// localHost is where a program reaches a neighbour in its own Pod (127.0.0.1, or STUB_LISTEN_HOST).
+func localHost() string {
+	return listenHost("127.0.0.1")
 }
 
 // listenPort is the port a program was told to listen on; STUB_LISTEN_PORT overrides it (local

@@ -10,6 +10,8 @@ package main
 //	STUB_TOKEN_DELAY_MS   pause between generated tokens (default 0)
 //	STUB_MAX_TOKENS_OUT   tokens generated at most per request (default 16; max_tokens lowers it)
 //	STUB_MAX_RUNNING      requests run at once, the rest wait (num_requests_waiting); 0: no limit
+//	STUB_LISTEN_HOST      listen on this address instead of the rendered --host: the "Pod IP" of a
+//	                      local test, where each stub Pod gets its own 127.0.0.x
 //	STUB_LISTEN_PORT      listen here instead of the rendered --port (local tests)
 //	STUB_LEADER_PORT      a follower dials its leader here instead of the rendered --port (local tests)
 //	STUB_DRAIN_SECONDS    on SIGTERM, how long in-flight requests may finish (default 20)
@@ -297,7 +299,7 @@ func runEngine(kind engineKind, args []string) {
 	mux.HandleFunc("/stub/health", s.setHealth)
 	mux.HandleFunc("/stub/exit", exitHandler)
 	role := func() string { return cfg.role }
-	srv := &http.Server{Addr: net.JoinHostPort(cfg.host, strconv.Itoa(cfg.listen)), Handler: named(role, &s.served, mux)}
+	srv := &http.Server{Addr: net.JoinHostPort(listenHost(cfg.host), strconv.Itoa(cfg.listen)), Handler: named(role, &s.served, mux)}
 	serve(func() { s.mu.Lock(); s.draining = true; s.mu.Unlock() }, srv)
 }
 

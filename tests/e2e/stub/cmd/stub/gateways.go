@@ -5,7 +5,6 @@ package main
 // completion as a prefill then a decode step (P/D) or to one worker (otherwise).
 
 import (
-	"context"
 	"fmt"
 	"log"
 	"math/rand"
@@ -178,8 +177,8 @@ func (g *gateway) run(host, port, metricsHost, metricsPort string) {
 		die(2, "%s: error: invalid value '%s' for '--port'", g.program, port)
 	}
 	log.Printf("%s stub: P/D %v, listening on %s:%d", g.program, g.pd, host, listenPort(p))
-	serve(nil, &http.Server{Addr: net.JoinHostPort(host, strconv.Itoa(listenPort(p))), Handler: named(role, &g.served, mux)},
-		&http.Server{Addr: net.JoinHostPort(metricsHost, metricsPort), Handler: metrics})
+	serve(nil, &http.Server{Addr: net.JoinHostPort(listenHost(host), strconv.Itoa(listenPort(p))), Handler: named(role, &g.served, mux)},
+		&http.Server{Addr: net.JoinHostPort(listenHost(metricsHost), metricsPort), Handler: metrics})
 }
 
 // selector reads `k=v` pairs (the routers' --selector/--prefill-selector/--decode-selector).
@@ -285,5 +284,3 @@ func runSGLangGateway(args []string) {
 	g.run(flags.last("--host", "127.0.0.1"), flags.last("--port", "30000"), flags.last("--prometheus-host", "0.0.0.0"),
 		flags.last("--prometheus-port", "29000"))
 }
-
-var _ = context.Background

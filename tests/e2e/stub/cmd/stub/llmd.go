@@ -168,6 +168,10 @@ func runEnvoy(args []string) {
 		die(1, "envoy: --config-path is required by the stub")
 	}
 	cfg := readEnvoyConfig(path)
+	// The picker is in the same Pod: its loopback address is this Pod's (STUB_LISTEN_HOST locally).
+	if host, port, err := net.SplitHostPort(cfg.pickAddr); err == nil && host == "127.0.0.1" {
+		cfg.pickAddr = net.JoinHostPort(localHost(), port)
+	}
 	var served counter
 	var stats routeStats
 	role := func() string { return "router" }
@@ -194,7 +198,7 @@ func runEnvoy(args []string) {
 		log.Printf("%s %s -> %s (%s), prefill %s (%s): %v", r.Method, r.URL.Path, p.Destination, p.DestinationPod,
 			p.Prefill, p.PrefillPod, err)
 	})
-	servers := []*http.Server{{Addr: fmt.Sprintf(":%d", listenPort(cfg.routerPort)), Handler: named(role, &served, router)}}
+	servers := []*http.Server{{Addr: net.JoinHostPort(listenHost(""), strconv.Itoa(listenPort(cfg.routerPort))), Handler: named(role, &served, router)}}
 	if cfg.readyPort != 0 {
 		ready := http.NewServeMux()
 		ready.HandleFunc(cfg.readyPath, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
@@ -202,7 +206,7 @@ func runEnvoy(args []string) {
 			s := stats.snapshot()
 			fmt.Fprintf(w, "# TYPE envoy_stub_routed_total counter\nenvoy_stub_routed_total %v\n", s["routed"])
 		})
-		servers = append(servers, &http.Server{Addr: fmt.Sprintf(":%d", cfg.readyPort), Handler: ready})
+		servers = append(servers, &http.Server{Addr: net.JoinHostPort(listenHost(""), strconv.Itoa(cfg.readyPort)), Handler: ready})
 	}
 	log.Printf("envoy stub: routing :%d through the picker at %s", cfg.routerPort, cfg.pickAddr)
 	serve(nil, servers...)
@@ -319,6 +323,9 @@ func runEPP(args []string) {
 		die(1, "epp: --endpoint-target-ports is required with --endpoint-selector")
 	}
 	e.targetPort = strings.Split(ports, ",")[0]
+	if p := os.Getenv("STUB_ENDPOINT_TARGET_PORT"); p != "" {
+		e.targetPort = p // local tests whose engines cannot all take the rendered port
+	}
 	e.profiles, e.pd, e.threshold = readEPPConfig(flags.last("--config-file", ""))
 	grpcPort := flags.last("--grpc-port", "9002")
 	healthPort := flags.last("--grpc-health-port", "9003")
@@ -336,7 +343,8 @@ func runEPP(args []string) {
 		fmt.Fprintf(w, "# TYPE epp_stub_picks_total counter\nepp_stub_picks_total %v\n", s["routed"])
 	})
 	metrics.HandleFunc("/stub/info", e.info)
-	health := &http.Server{Addr: ":" + healthPort, Handler: grpcHealth(func(service string) bool {
+	host := listenHost("")
+	health := &http.Server{Addr: net.JoinHostPort(host, healthPort), Handler: grpcHealth(func(service string) bool {
 		if service == "liveness" {
 			return true
 		}
@@ -347,8 +355,8 @@ func runEPP(args []string) {
 	health.Protocols.SetUnencryptedHTTP2(true)
 	health.Protocols.SetHTTP1(true)
 	log.Printf("epp stub: namespace %s, selector %q, profiles %v, P/D %v", e.namespace, e.selector, e.profiles, e.pd)
-	serve(nil, &http.Server{Addr: ":" + grpcPort, Handler: named(role, &e.served, pickMux)},
-		&http.Server{Addr: ":" + metricsPort, Handler: metrics}, health)
+	serve(nil, &http.Server{Addr: net.JoinHostPort(host, grpcPort), Handler: named(role, &e.served, pickMux)},
+		&http.Server{Addr: net.JoinHostPort(host, metricsPort), Handler: metrics}, health)
 }
 
 func (e *epp) pick(w http.ResponseWriter, r *http.Request) {
@@ -486,7 +494,7 @@ func runSidecar(args []string) {
 	default:
 		die(2, "pd-sidecar: unknown --kv-connector %q", connector)
 	}
-	local := "http://127.0.0.1:" + model
+	local := "http://" + net.JoinHostPort(localHost(), model)
 	var served counter
 	var stats routeStats
 	role := func() string { return "routing-proxy" }
@@ -512,5 +520,5 @@ func runSidecar(args []string) {
 	})
 	log.Printf("pd-sidecar stub: :%s -> %s (kv connector %s)", port, local, connector)
 	p, _ := strconv.Atoi(port)
-	serve(nil, &http.Server{Addr: fmt.Sprintf(":%d", listenPort(p)), Handler: named(role, &served, mux)})
+	serve(nil, &http.Server{Addr: net.JoinHostPort(listenHost(""), strconv.Itoa(listenPort(p))), Handler: named(role, &served, mux)})
 }

@@ -82,13 +82,17 @@ func (a routerArgs) values(flag string) []string {
 // abbreviations; a no-value option takes a value only as `--name=value`. Anything else is refused
 // the way those parsers refuse it, naming the token.
 func parseLong(program string, args []string) routerArgs {
-	var all map[string]longFlags
+	var all map[string]json.RawMessage
+	var spec longFlags
 	if err := json.Unmarshal(routersJSON, &all); err != nil {
 		die(1, "stub: routers.json: %v", err)
 	}
-	spec, ok := all[program]
+	raw, ok := all[program]
 	if !ok {
 		die(1, "stub: routers.json has no %s", program)
+	}
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		die(1, "stub: routers.json %s: %v", program, err)
 	}
 	known := map[string]string{}
 	for _, f := range spec.Flags {
