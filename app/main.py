@@ -16,6 +16,7 @@ from app.control.sync import SyncSettings
 from app.kube.client import Kube, load_config
 from app.control.scaler import ScalerSettings
 from app.kube.executor import Executor
+from app.kube.idleness import IdlenessReader
 from app.kube.scaler_executor import ScalerExecutor
 from app.settings import Settings
 from app.web import hooks, scaler_hooks, webhooks
@@ -64,13 +65,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = build_state(settings)
         app.state.service = state
         keeper = asyncio.create_task(_keep_admission_check_active(state)) if state.kube is not None else None
+        # Idleness of the deployments parking scalers govern (docs/scale-to-zero.md#idle-after).
+        reader = asyncio.create_task(IdlenessReader(state.kube).run()) if state.kube is not None else None
         try:
             yield
         finally:
-            if keeper is not None:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+            for task in (keeper, reader):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if state.kube is not None:
                 await state.kube.close()
 

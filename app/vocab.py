@@ -450,3 +450,9 @@ ACTIVATOR_COMPONENT = "activator"
 # endpoint Service has no selector (its EndpointSlice lists the activator's Pods); this annotation
 # keeps the serving Pods' selector (JSON) for the activator to forward to once they are Ready.
 ANNOTATION_SERVING_SELECTOR = "modeldeployment.gpustack.ai/serving-selector"
+# Engine request counters read for idleness (Prometheus text on the engine's serving port; names
+# checked against vLLM's v1 metrics and SGLang 0.5.2's sglang/srt/metrics/collector.py). A counter
+# that moved, or a request running or queued, is a request (docs/scale-to-zero.md#idle-after).
+IDLENESS_COUNTERS = ("vllm:request_success_total", "sglang:num_requests_total")
+IDLENESS_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                   "sglang:num_running_reqs", "sglang:num_queue_reqs")
