@@ -246,3 +246,137 @@ def test_a_routed_pair_runs_the_protocol_the_roles_and_the_probes_it_declares(op
             assert engine[probe]["httpGet"]["port"] == external, (probe, engine[probe])
     finally:
         _delete_and_wait(op, "pd-parity")
+
+
+# --- input judged as the cluster judges it: metadata, scaler files, YAML (docs/admission.md#offline) ---
+#
+# Generated, not listed: random label keys and values, annotation sizes and names against the real
+# kube-apiserver's ObjectMeta validation, and the same classes on ModelDeploymentScaler files. What
+# `validate` accepts `kubectl create --dry-run=server` must accept; what it refuses for an API-server
+# reason the API server must refuse. A second document of one object is left out: applied together
+# the API server takes both (the later replaces the earlier), and `validate` refuses that on purpose.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app.admission import fields  # noqa: E402
+from app.admission.review import scaler_verdict  # noqa: E402
+
+LABEL_CHARS = "abcXYZ019-_./ é"
+KEYS = st.one_of(
+    st.text(alphabet=LABEL_CHARS, min_size=1, max_size=12),
+    st.tuples(st.text(alphabet="ab.-Z", min_size=0, max_size=8), st.text(alphabet=LABEL_CHARS, min_size=0, max_size=10))
+    .map(lambda t: f"{t[0]}/{t[1]}"),
+    st.integers(60, 70).map(lambda n: "k" * n),
+)
+LABEL_VALUES = st.one_of(st.text(alphabet=LABEL_CHARS, max_size=12), st.integers(60, 70).map(lambda n: "v" * n))
+PARITY = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _metadata_case(obj: dict[str, Any]) -> tuple[bool, str]:
+    """Both sides on a create; (offline allowed, the API server's stderr) after asserting they agree."""
+    offline = offline_verdict(copy.deepcopy(obj), None, _world(), kv_cache_dtype_owned=True)
+    return offline.allowed, offline.message
+
+
+def _agree_on_create(op: Operator, obj: dict[str, Any], offline_allowed: bool, offline_message: str) -> None:
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    assert (result.returncode == 0) == offline_allowed, \
+        f"cluster allowed={result.returncode == 0}, offline allowed={offline_allowed}\ncluster: {result.stderr}\n" \
+        f"offline: {offline_message}"
+
+
+@PARITY
+@given(key=KEYS, value=LABEL_VALUES)
+def test_generated_labels(op: Operator, key: str, value: str) -> None:
+    obj = server()
+    obj["metadata"]["labels"] = {key: value}
+    allowed, message = _metadata_case(obj)
+    _agree_on_create(op, obj, allowed, message)
+
+
+@PARITY
+@given(key=KEYS, size=st.sampled_from([10, 262_000, 262_144, 262_200]))
+def test_generated_annotations(op: Operator, key: str, size: int) -> None:
+    obj = server()
+    obj["metadata"]["annotations"] = {key: "x" * max(0, size - len(key.encode()))}
+    allowed, message = _metadata_case(obj)
+    _agree_on_create(op, obj, allowed, message)
+
+
+@PARITY
+@given(name=st.text(alphabet="abZ09-._", min_size=1, max_size=20) | st.integers(250, 256).map(lambda n: "a" * n),
+       generate=st.booleans())
+def test_generated_names(op: Operator, name: str, generate: bool) -> None:
+    obj = server()
+    if generate:
+        del obj["metadata"]["name"]
+        obj["metadata"]["generateName"] = name
+    else:
+        obj["metadata"]["name"] = name
+    offline = offline_verdict(copy.deepcopy(obj), None, _world(), kv_cache_dtype_owned=True)
+    api_refusals = fields.metadata_refusals(obj)
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    # A name the API server takes may still be refused by a webhook rule (a dotted name: rule 8), so
+    # the API server's own verdict is compared with the metadata refusals, the whole verdict with the cluster.
+    if api_refusals:
+        assert result.returncode != 0 and not offline.allowed, (result.stderr, offline.message)
+    else:
+        assert (result.returncode == 0) == offline.allowed, (result.stderr, offline.message)
+
+
+SCALER = yaml.safe_load((REPO / "examples" / "autoscaling" / "pd-scaler.yaml").read_text())
+SCALER_EDITS = {
+    "api-version": lambda d: d.update(apiVersion="worker.gpustack.ai/v2"),
+    "unknown-field": lambda d: d["spec"].update(replica=3),
+    "string-replicas": lambda d: d["spec"].update(replicas="3"),
+    "uppercase-name": lambda d: d["metadata"].update(name="PD-Demo"),
+    "bad-label": lambda d: d["metadata"].update(labels={"a b": "c"}),
+    "ratio-zero": lambda d: d["spec"]["roles"][0].update(ratio=0),
+    "as-is": lambda d: None,
+}
+
+
+@pytest.mark.parametrize("edit", sorted(SCALER_EDITS))
+def test_scaler_files(op: Operator, edit: str) -> None:
+    obj = copy.deepcopy(SCALER)
+    obj["metadata"]["namespace"] = NAMESPACE
+    obj["metadata"]["name"] = obj["metadata"]["name"] if edit == "uppercase-name" else "parity-scaler"
+    SCALER_EDITS[edit](obj)
+    offline = scaler_verdict(copy.deepcopy(obj), None, [], [])
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    assert (result.returncode == 0) == offline.allowed, (edit, result.stderr, offline.message)
+
+
+def test_a_duplicate_key_is_refused_by_both(op: Operator, tmp_path: Path) -> None:
+    """A body holding one field twice: the API server's strict decoding refuses it (`duplicate field`),
+    and `validate` refuses the same text (JSON is YAML) naming the key and both lines. kubectl's own
+    YAML reading keeps the last of the two before sending, so `kubectl create -f` of such a YAML file
+    is accepted: the body is posted as written here, as a client that sends the file does."""
+    body = json.dumps(server(), indent=1)
+    text = body.replace('"kind": "ModelDeployment",', '"kind": "ModelDeployment",\n "kind": "ModelDeployment",', 1)
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    from app.admission import files
+
+    with pytest.raises(files.InputError, match="'kind' is given twice"):
+        files.read_documents(path, "-f")
+    uri = f"/apis/{vocab.GROUP}/{vocab.VERSION}/namespaces/{NAMESPACE}/modeldeployments?dryRun=All&fieldValidation=Strict"
+    result = op.kubectl("create", "--raw", uri, "-f", str(path), check=False)
+    assert result.returncode != 0 and "duplicate field" in result.stderr, result.stderr
+    clean = tmp_path / "clean.json"
+    clean.write_text(body)
+    assert op.kubectl("create", "--raw", uri, "-f", str(clean), check=False).returncode == 0
+
+
+@pytest.mark.parametrize("args,env", [
+    (["--host", "127.0.0.1"], []), (["--ho=localhost"], []), (["--uds", "/tmp/s"], []),
+    ([], [{"name": "FOO=BAR", "value": "x"}]), ([], [{"name": "A\nB", "value": "x"}]),
+])
+def test_pod_contract_refusals_come_from_the_webhook(op: Operator, args: list[str], env: list[dict[str, str]]) -> None:
+    obj = server()
+    role = obj["spec"]["roles"][0]
+    role["extraArgs"] = [*role.get("extraArgs", []), *args]
+    if env:
+        role["env"] = env
+    assert_same(op, obj, None, None)
