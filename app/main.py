@@ -16,6 +16,7 @@ from app.control.sync import SyncSettings
 from app.kube.client import Kube, load_config
 from app.control.scaler import ScalerSettings
 from app.kube.executor import Executor
+from app.kube.activator_endpoints import keep_current
 from app.kube.idleness import IdlenessReader
 from app.kube.scaler_executor import ScalerExecutor
 from app.settings import Settings
@@ -67,10 +68,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         keeper = asyncio.create_task(_keep_admission_check_active(state)) if state.kube is not None else None
         # Idleness of the deployments parking scalers govern (docs/scale-to-zero.md#idle-after).
         reader = asyncio.create_task(IdlenessReader(state.kube).run()) if state.kube is not None else None
+        # The activator's Pods, for the endpoint switch (docs/scale-to-zero.md#the-endpoint-switch).
+        addresses = (asyncio.create_task(keep_current(state.kube, settings.activator_namespace,
+                                                      state.sync_settings.activator))
+                     if state.kube is not None else None)
         try:
             yield
         finally:
-            for task in (keeper, reader):
+            for task in (keeper, reader, addresses):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = None
     gang_release_after_seconds: float = 600.0
     admission_check_keeper_seconds: float = 60.0
+    # The namespace of the activator's Service (docs/scale-to-zero.md#the-endpoint-switch): the
+    # operator's own; the manifests and the chart pass it from the Pod's namespace.
+    activator_namespace: str = "gpustack-system"
     # Webhook reads must finish well inside the API server's webhook timeout.
     api_timeout_seconds: float = 4.0
     # One JSON object per log line (app and uvicorn alike), else plain lines; the root level.

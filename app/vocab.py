@@ -48,6 +48,8 @@ KIND_DELETE_OPTIONS = "DeleteOptions"
 CHILD_PODS = "Pod.v1"
 CHILD_SERVICES = "Service.v1"
 CHILD_DEPLOYMENTS = "Deployment.apps/v1"
+# The endpoint switch's slice while a deployment is parked or waking (docs/scale-to-zero.md#the-endpoint-switch).
+CHILD_ENDPOINT_SLICES = "EndpointSlice.discovery.k8s.io/v1"
 CHILD_CONFIGMAPS = "ConfigMap.v1"
 CHILD_SERVICE_ACCOUNTS = "ServiceAccount.v1"
 CHILD_ROLES = "Role.rbac.authorization.k8s.io/v1"
@@ -372,7 +374,7 @@ MAX_INT64 = 2**63 - 1
 # Keys `Kind.apiVersion` of manifests/metacontroller/compositecontroller.yaml's childResources: a
 # request missing one of them cannot be planned from (an absent map reads as "no children").
 DECLARED_CHILD_MAPS = (CHILD_PODS, CHILD_SERVICES, CHILD_CONFIGMAPS, CHILD_SERVICE_ACCOUNTS, CHILD_ROLES,
-                       CHILD_ROLE_BINDINGS, CHILD_DEPLOYMENTS)
+                       CHILD_ROLE_BINDINGS, CHILD_DEPLOYMENTS, CHILD_ENDPOINT_SLICES)
 
 # --- Tenant isolation (docs/rendering.md#the-renders-tenant-guard, admission rule 20) -------------
 
@@ -456,3 +458,13 @@ ANNOTATION_SERVING_SELECTOR = "modeldeployment.gpustack.ai/serving-selector"
 IDLENESS_COUNTERS = ("vllm:request_success_total", "sglang:num_requests_total")
 IDLENESS_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
                    "sglang:num_running_reqs", "sglang:num_queue_reqs")
+# Where a deployment's endpoint Service sends its traffic (status.endpointRoute, present only while
+# it is the activator): its own serving Pods, or the activator's.
+ENDPOINT_ROUTE_ACTIVATOR = "Activator"
+# The activator's Service in the operator's namespace: its EndpointSlices list the activator's Ready
+# Pods, which the operator copies into a parked deployment's slice.
+ACTIVATOR_SERVICE = "modeldeployment-activator"
+ACTIVATOR_PORT_NAME = "proxy"
+LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+LABEL_ENDPOINT_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+ENDPOINT_SLICE_MANAGER = "worker.gpustack.ai-model-deployment"

@@ -18,7 +18,8 @@ from lightkube.types import PatchType
 
 from app import durations, vocab
 from app.activator.proxy import DeploymentState
-from app.activator.targets import Target, fail_reason, ready_addresses, serving, wait_reason
+from app.activator.targets import Target, fail_reason, ready_addresses, wait_reason
+from app.model.serving import serving
 
 ModelDeploymentRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT,
                                                 vocab.PLURAL_MODEL_DEPLOYMENTS)

@@ -36,23 +36,6 @@ def service_of(host: str) -> tuple[str, str | None]:
     return parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
 
 
-def serving(status: dict[str, Any] | None) -> bool:
-    """The deployment serves: every role kind has a Ready replica, and its router (if any) a Ready
-    Pod; a prefill/decode pair serves only when both roles do."""
-    status = status or {}
-    roles = [r for r in status.get("roles") or [] if isinstance(r, dict)]
-    if not roles:
-        return False
-    ready_by_kind: dict[str, int] = {}
-    for role in roles:
-        kind = str(role.get("kind", vocab.ROLE_KIND_SERVER))
-        ready_by_kind[kind] = ready_by_kind.get(kind, 0) + int(role.get("ready") or 0)
-    if not all(count > 0 for count in ready_by_kind.values()):
-        return False
-    router = status.get("router")
-    return not isinstance(router, dict) or int(router.get("ready") or 0) > 0
-
-
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == type_:

@@ -13,7 +13,7 @@ from app import vocab
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
-from app.control import gang, stalls, status, teardown
+from app.control import endpoint, gang, stalls, status, teardown
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
@@ -37,6 +37,8 @@ class SyncSettings:
     options: RenderOptions = RenderOptions()
     gang_release_after_seconds: float = 600.0
     max_pods_per_deployment: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
+    # The activator's Pods, for the endpoint switch (docs/scale-to-zero.md#the-endpoint-switch).
+    activator: endpoint.ActivatorAddresses = field(default_factory=endpoint.ActivatorAddresses)
 
 
 @dataclass
@@ -202,6 +204,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
                                         stall_note=stalls.phase_note(ctx, ungate_stalls))
     if joint.record is not None:
         result_status["jointAdmission"] = joint.record
+    if not finalizing:
+        endpoint.switch(md, children, result_status, settings.activator)
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _resync_after(plans, joint), needs_peers=joint.needs_peers)
     if finalizing:

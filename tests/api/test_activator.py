@@ -16,7 +16,8 @@ from app.activator import metrics
 from app.activator.cluster import target_of
 from app.activator.proxy import Activator, DeploymentState
 from app.activator.settings import ActivatorSettings
-from app.activator.targets import Target, fail_reason, ready_addresses, service_of, serving, wait_reason
+from app.activator.targets import Target, fail_reason, ready_addresses, service_of, wait_reason
+from app.model.serving import serving
 
 TARGET = Target(namespace="team-a", deployment="qwen-pd", scaler="qwen-pd", wake_timeout=5.0, port=8000,
                 selector={"app.kubernetes.io/instance": "qwen-pd"})

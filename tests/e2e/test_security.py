@@ -20,7 +20,8 @@ import cluster as e2e_cluster
 from md_operator import NAMESPACE, Operator, start_operator
 
 DECLARED_CHILD_MAPS = ("Pod.v1", "Service.v1", "ConfigMap.v1", "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1",
-                       "RoleBinding.rbac.authorization.k8s.io/v1", "Deployment.apps/v1")
+                       "RoleBinding.rbac.authorization.k8s.io/v1", "Deployment.apps/v1",
+                       "EndpointSlice.discovery.k8s.io/v1")
 NAME = "guarded"
 
 

@@ -53,7 +53,8 @@ def test_composite_controller_never_loops():
     strategies = {c["resource"]: c["updateStrategy"]["method"] for c in spec["childResources"]}
     assert strategies.pop("pods") == "OnDelete"
     assert set(strategies.values()) == {"InPlace"}
-    assert set(strategies) == {"services", "configmaps", "serviceaccounts", "roles", "rolebindings", "deployments"}
+    assert set(strategies) == {"services", "configmaps", "serviceaccounts", "roles", "rolebindings", "deployments",
+                               "endpointslices"}
     for hook in ("customize", "sync", "finalize"):
         assert spec["hooks"][hook]["version"] == "v2"
         assert spec["hooks"][hook]["webhook"]["path"] == f"/hooks/{hook}"

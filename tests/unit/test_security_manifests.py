@@ -83,7 +83,8 @@ def test_the_declared_child_maps_are_the_composite_controllers_children():
     from app import vocab
 
     kinds = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "serviceaccounts": "ServiceAccount",
-             "roles": "Role", "rolebindings": "RoleBinding", "deployments": "Deployment"}
+             "roles": "Role", "rolebindings": "RoleBinding", "deployments": "Deployment",
+             "endpointslices": "EndpointSlice"}
     (controller,) = docs(MANIFESTS / "metacontroller" / "compositecontroller.yaml")
     declared = {f"{kinds[c['resource']]}.{c['apiVersion']}" for c in controller["spec"]["childResources"]}
     assert declared == set(vocab.DECLARED_CHILD_MAPS)
