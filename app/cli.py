@@ -93,6 +93,35 @@ def _with_scaled_replicas(md: KubeObject, judged: list[Any]) -> KubeObject:
     return md
 
 
+def _all_admitted(judged: list[Any], file: Path) -> bool:
+    """Every object of the file admitted; else each refusal printed to stderr (render prints nothing)."""
+    for item in judged:
+        for warning in item.verdict.warnings:
+            print(f"Warning: {warning}", file=sys.stderr)
+    refused = [item for item in judged if not item.verdict.allowed]
+    for item in refused:
+        print(f"error: {item.label}: refused, so not rendered (the cluster would not store it):\n{item.verdict.message}",
+              file=sys.stderr)
+    if refused:
+        print(f"error: nothing rendered: {len(refused)} of the file's {len(judged)} object(s) refused "
+              f"(`modeldeployment validate -f {file}` lists them)", file=sys.stderr)
+    return not refused
+
+
+def _renderable(judged: list[Any], file: Path) -> list[Any]:
+    """The file's deployments, each with a name to render under (else UsageError)."""
+    deployments = [item for item in judged if item.kind == vocab.KIND_MODEL_DEPLOYMENT]
+    if not deployments:
+        raise UsageError(f"{file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "
+                         f"validate -f {file}` checks them; render their deployment instead")
+    unnamed = [item.label for item in deployments if not item.obj["metadata"].get("name")]
+    if unnamed:
+        raise UsageError(f"{', '.join(unnamed)}: metadata.generateName without metadata.name — the rendered objects are "
+                         "named after the deployment, and the API server picks generateName's suffix at create time; "
+                         "set metadata.name to render it")
+    return deployments
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """The sync hook's answer for each deployment of the file, once the cluster would admit every
     object of it: one refusal anywhere and nothing is printed on stdout (a pipe into `kubectl apply`
@@ -111,26 +140,9 @@ def cmd_render(args: argparse.Namespace) -> int:
                                  name_files=args.file != files.STDIN and args.file.is_dir())
     if not judged:
         raise UsageError(no_objects(args.file))
-    for item in judged:
-        for warning in item.verdict.warnings:
-            print(f"Warning: {warning}", file=sys.stderr)
-    refused = [item for item in judged if not item.verdict.allowed]
-    if refused:
-        for item in refused:
-            print(f"error: {item.label}: refused, so not rendered (the cluster would not store it):\n{item.verdict.message}",
-                  file=sys.stderr)
-        print(f"error: nothing rendered: {len(refused)} of the file's {len(judged)} object(s) refused "
-              f"(`modeldeployment validate -f {args.file}` lists them)", file=sys.stderr)
+    if not _all_admitted(judged, args.file):
         return EXIT_REFUSED
-    deployments = [item for item in judged if item.kind == vocab.KIND_MODEL_DEPLOYMENT]
-    if not deployments:
-        raise UsageError(f"{args.file} holds ModelDeploymentScalers only, which render nothing — `modeldeployment "
-                         f"validate -f {args.file}` checks them; render their deployment instead")
-    unnamed = [item.label for item in deployments if not item.obj["metadata"].get("name")]
-    if unnamed:
-        raise UsageError(f"{', '.join(unnamed)}: metadata.generateName without metadata.name — the rendered objects are "
-                         "named after the deployment, and the API server picks generateName's suffix at create time; "
-                         "set metadata.name to render it")
+    deployments = _renderable(judged, args.file)
     related = related_map(world_objects)
     sync_settings = SyncSettings(options=options.render_options())
     rendered: list[Any] = []

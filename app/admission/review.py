@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from app import vocab
-from app.admission import corrections, fields, files, mutate, validate
+from app.admission import corrections, fields, files, mutate, objectmeta, validate
 from app.admission.model import Notice, Refusal, Verdict
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment
@@ -156,9 +156,9 @@ def _prepare(obj: KubeObject, request: ReviewRequest) -> KubeObject:
     if not patched.get("name"):
         if request.name:
             patched["name"] = request.name
-        elif fields.generated_name(patched) is not None:
+        elif objectmeta.generated_name(patched) is not None:
             # The API server keeps 58 characters and appends five random ones; judge the longest names by that.
-            patched["name"] = fields.generated_name(patched)
+            patched["name"] = objectmeta.generated_name(patched)
     return {**obj, "metadata": patched}
 
 

@@ -259,7 +259,7 @@ def test_a_routed_pair_runs_the_protocol_the_roles_and_the_probes_it_declares(op
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from app.admission import fields  # noqa: E402
+from app.admission import objectmeta  # noqa: E402
 from app.admission.review import scaler_verdict  # noqa: E402
 
 LABEL_CHARS = "abcXYZ019-_./ é"
@@ -315,7 +315,7 @@ def test_generated_names(op: Operator, name: str, generate: bool) -> None:
     else:
         obj["metadata"]["name"] = name
     offline = offline_verdict(copy.deepcopy(obj), None, _world(), kv_cache_dtype_owned=True)
-    api_refusals = fields.metadata_refusals(obj)
+    api_refusals = objectmeta.metadata_refusals(obj)
     result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
     # A name the API server takes may still be refused by a webhook rule (a dotted name: rule 8), so
     # the API server's own verdict is compared with the metadata refusals, the whole verdict with the cluster.

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import cli, yamlread
-from app.admission import fields, files
+from app.admission import files, objectmeta
 from app.admission.review import validate_offline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ PREFIX = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?(\.[a-z0-9]{1,10})?",
 @given(prefix=st.none() | PREFIX, name=LABEL_NAME, value=st.just("") | LABEL_NAME)
 def test_valid_labels_pass(prefix: str | None, name: str, value: str) -> None:
     key = f"{prefix}/{name}" if prefix else name
-    assert fields.label_refusals({"labels": {key: value}}) == []
+    assert objectmeta.label_refusals({"labels": {key: value}}) == []
 
 
 BAD_KEYS = st.one_of(
@@ -192,25 +192,25 @@ BAD_KEYS = st.one_of(
 
 @given(key=BAD_KEYS)
 def test_invalid_label_keys_are_refused(key: str) -> None:
-    (refusal,) = fields.label_refusals({"labels": {key: "v"}})
+    (refusal,) = objectmeta.label_refusals({"labels": {key: "v"}})
     assert refusal.path == f"metadata.labels.{key}" and "label key" in refusal.problem
 
 
 @given(value=st.text(alphabet="ab", min_size=64, max_size=100) | st.sampled_from(["-x", "x-", "a b", "a/b", "é"]))
 def test_invalid_label_values_are_refused(value: str) -> None:
-    (refusal,) = fields.label_refusals({"labels": {"app": value}})
+    (refusal,) = objectmeta.label_refusals({"labels": {"app": value}})
     assert "label value" in refusal.problem
 
 
 @given(size=st.integers(min_value=0, max_value=300 * 1024))
 def test_annotations_are_bounded_at_256_kib(size: int) -> None:
-    refusals = fields.annotation_refusals({"annotations": {"note": "x" * size}})
+    refusals = objectmeta.annotation_refusals({"annotations": {"note": "x" * size}})
     assert bool(refusals) == (size + len("note") > 256 * 1024)
 
 
 def test_annotation_keys_are_read_lowercased() -> None:
-    assert fields.annotation_refusals({"annotations": {"Example.COM/Key": "v"}}) == []
-    assert fields.annotation_refusals({"annotations": {"a b": "v"}})
+    assert objectmeta.annotation_refusals({"annotations": {"Example.COM/Key": "v"}}) == []
+    assert objectmeta.annotation_refusals({"annotations": {"a b": "v"}})
 
 
 def test_generate_name_without_name_is_judged_by_the_generated_name(tmp_path: Path) -> None:
