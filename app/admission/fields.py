@@ -212,7 +212,7 @@ def _example(schema: dict[str, Any]) -> str:
 
 
 def _string_example(schema: dict[str, Any]) -> str:
-    """A string for a remedy: the description's own example (`(e.g. Qwen/Qwen2.5-72B-Instruct)`), a
+    """A string for a remedy: the schema's own example in its help text (`(e.g. Qwen/Qwen2.5-72B-Instruct)`), a
     name for a name pattern, else an empty pair of quotes to fill (never an angle-bracket placeholder,
     which YAML would read as text)."""
     found = re.search(r"\(e\.g\. ([^)]+?)\)", str(schema.get("description") or ""))
