@@ -131,6 +131,12 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
         (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENTS, "patch"),
         (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "get"),
         (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "list"),
+        # Parking: a scaler's park and wake (its own spec.replicas) and the idleness reader's
+        # last-request annotation; the reader lists the serving leaders it scrapes; the endpoint
+        # switch lists the activator Service's EndpointSlices (docs/scale-to-zero.md).
+        (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "patch"),
+        ("", "pods", "list"),
+        ("discovery.k8s.io", "endpointslices", "list"),
     }
     assert granted == expected
 

@@ -208,3 +208,31 @@ def test_a_park_or_wake_belongs_to_the_parent_scaler_only() -> None:
 def test_a_deployment_example_with_a_parked_pair_validates() -> None:
     md = copy.deepcopy(deployment(0, 0))
     assert ModelDeployment.model_validate(md).spec.roles[0].replicas == 0
+
+
+# --- the examples (examples/scale-to-zero/) ----------------------------------------------------------
+
+
+def test_the_scale_to_zero_examples_validate_and_target_their_parking_scaler() -> None:
+    import kubernetes_validate
+
+    from app.world import load_yaml_objects
+    from tests.conftest import EXAMPLES
+
+    folder = EXAMPLES / "scale-to-zero"
+    for name, kind in (("hpa-parking.yaml", "HorizontalPodAutoscaler"), ("keda-scale-to-zero.yaml", "ScaledObject")):
+        scaler_obj, autoscaler = load_yaml_objects(folder / name)
+        parked = ModelDeploymentScaler.model_validate(scaler_obj)
+        assert parked.spec.scale_to_zero is not None
+        subject_ = rules.ScalerSubject(scaler=parked, old=None,
+                                       deployment=ModelDeployment.model_validate(deployment()), others=[])
+        assert rules.judge(subject_) == []
+        assert autoscaler["kind"] == kind
+        assert autoscaler["spec"]["scaleTargetRef"] == {"apiVersion": vocab.API_VERSION,
+                                                        "kind": vocab.KIND_MODEL_DEPLOYMENT_SCALER,
+                                                        "name": parked.metadata.name}
+        if kind == "HorizontalPodAutoscaler":
+            kubernetes_validate.validate(autoscaler, "1.33.0", strict=True)
+            assert autoscaler["spec"]["minReplicas"] == 1
+        else:
+            assert autoscaler["spec"]["minReplicaCount"] == 0
