@@ -53,7 +53,10 @@ def _problem(exc: BaseException, path: Path, flag: str) -> str:
         return (f"{flag} {_where(exc.problem_mark, path)}: the key {exc.key!r} is given twice in one mapping, on "
                 f"lines {exc.first_line} and {exc.second_line}; the API server's strict decoding refuses a duplicate "
                 "field (YAML would silently keep the last) — keep one of them")
-    if isinstance(exc, (yamlread.ExcessiveAliasing, yamlread.FileTooLarge)):
+    if isinstance(exc, yamlread.FileTooLarge):
+        return (f"{flag} {path}: cannot be read: {exc}; no object that large is stored (etcd keeps at most 1.5 MiB "
+                "in one object) — move large values into a ConfigMap or Secret mounted as a volume, or split the file")
+    if isinstance(exc, yamlread.ExcessiveAliasing):
         return (f"{flag} {path}: cannot be read: {exc} — write the values out (anchors and aliases only for small "
                 "repeated blocks), move large values into a ConfigMap or Secret, or split the file")
     if isinstance(exc, yaml.MarkedYAMLError):
