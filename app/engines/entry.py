@@ -32,6 +32,8 @@ HOST_FLAG: Final = "--host"
 WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", "[::]"})
 LISTEN_WHY: Final = ("the probes, the Services and the router reach the engine on the Pod's IP, so it must listen on "
                      "every interface (the operator renders --host 0.0.0.0)")
+GRPC_WHY: Final = ("it serves gRPC instead of HTTP: the probes, the router and the Services speak HTTP to the engine, "
+                   "so the Pod never becomes Ready")
 TLS_WHY: Final = ("the probes, the router and the Services speak plain HTTP to the engine: a TLS listener answers "
                   "none of them, and the Pod never becomes Ready")
 

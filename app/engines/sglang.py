@@ -23,7 +23,7 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
-from app.engines.entry import HOST_FLAG, LISTEN_WHY, TLS_WHY, CommandShape, Engine
+from app.engines.entry import GRPC_WHY, HOST_FLAG, LISTEN_WHY, TLS_WHY, CommandShape, Engine
 from app.engines.flags import load_flags
 from app.model.context import DeploymentContext
 
@@ -163,5 +163,6 @@ SGLANG: Final = Engine(
         serve_args=serve_args,
     ),
     tensor_flag="--tp-size",
-    contract_flags=MappingProxyType({HOST_FLAG: LISTEN_WHY, "--ssl-keyfile": TLS_WHY, "--ssl-certfile": TLS_WHY}),
+    contract_flags=MappingProxyType({HOST_FLAG: LISTEN_WHY, "--ssl-keyfile": TLS_WHY, "--ssl-certfile": TLS_WHY,
+                                     "--grpc-mode": GRPC_WHY}),
 )

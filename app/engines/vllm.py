@@ -21,7 +21,7 @@ from app.engines.common import (
     transfer_leg_rendered,
     value_env,
 )
-from app.engines.entry import HOST_FLAG, LISTEN_WHY, TLS_WHY, CommandShape, Engine
+from app.engines.entry import GRPC_WHY, HOST_FLAG, LISTEN_WHY, TLS_WHY, CommandShape, Engine
 from app.engines.flags import load_flags
 from app.model.context import DeploymentContext
 
@@ -177,5 +177,6 @@ VLLM: Final = Engine(
         "--uds": "it serves on a Unix socket instead of TCP; " + LISTEN_WHY,
         "--ssl-keyfile": TLS_WHY,
         "--ssl-certfile": TLS_WHY,
+        "--grpc": GRPC_WHY,
     }),
 )
