@@ -151,7 +151,9 @@ class Activator:
         finally:
             hold.held -= 1
             metrics.HELD.labels(*labels).dec()
-            if hold.held == 0 and not hold.ready.is_set():
+            if hold.held == 0:
+                # Nothing waits on it: the next request reads the deployment afresh (it may have
+                # parked again since, and its upstreams gone).
                 self._drop(hold)
 
     async def _wait(self, hold: Hold, target: Target, send: Send, started: float, scope: Scope,
@@ -241,12 +243,6 @@ class Activator:
     def _drop(self, hold: Hold) -> None:
         if self.holds.get(hold.target.key) is hold:
             del self.holds[hold.target.key]
-
-    def forget(self, key: str) -> None:
-        """The deployment served: the next request is read afresh (the endpoint has switched away)."""
-        hold = self.holds.get(key)
-        if hold is not None and hold.held == 0:
-            del self.holds[key]
 
     # --- forwarding ------------------------------------------------------------------------------------
 

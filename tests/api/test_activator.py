@@ -280,3 +280,14 @@ def test_an_endpoint_service_names_its_deployment_and_the_scaler_that_wakes_it()
         "qwen-pd", "s", 300.0, 8080)
     assert target.selector == {"app": "router"}
     assert target_of({"metadata": {"labels": {}}}, [], 900.0) is None
+
+
+def test_a_hold_is_not_reused_once_nothing_waits_on_it() -> None:
+    """A deployment that served and parked again is read afresh: no stale upstream is forwarded to."""
+    cluster = FakeCluster(serve_after=0)
+    app = activator(cluster)
+    asyncio.run(call(app))
+    assert app.holds == {}
+    cluster.serve_after, cluster.reads = 10_000, 0
+    cluster.behind = replace(TARGET, wake_timeout=0.2)
+    assert status_of(asyncio.run(call(app))) == 503
