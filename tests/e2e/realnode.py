@@ -617,6 +617,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         """Tear everything down (module docstring); returns what could not be cleaned (empty when
         nothing is left behind). Never raises: every step is tried."""
         problems: list[str] = []
+        t0 = time.monotonic()
 
         def attempt(what: str, fn: Any) -> None:
             try:
@@ -645,6 +646,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             attempt("delete the network namespace", self._delete_netns)
         attempt("remove cgroups", self._remove_cgroups)
         attempt("remove host files", self._remove_host_files)
+        self.timings["stop"] = round(time.monotonic() - t0, 2)
         return problems
 
     def _drain(self) -> None:

@@ -159,3 +159,5 @@ def test_a_stopped_control_plane_leaves_nothing_of_its_node_behind(kubelet_dies:
     assert cp.real_node_stop_problems == []
     assert node.leftovers() == []
     assert not cp.work_dir.exists()
+    print(f"\n[real node] start {cp.timings.get('real-node')} s, stop {node.timings['stop']} s "
+          f"(kubelet {'killed' if kubelet_dies else 'running'})")
