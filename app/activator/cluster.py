@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 
 from app import durations, vocab
 from app.activator.proxy import DeploymentState
-from app.activator.targets import Target, fail_reason, ready_addresses, wait_reason
+from app.activator.targets import Target, fail_reason, is_ipv4, ready_addresses, wait_reason
 from app.model.serving import serving
 
 ModelDeploymentRes = create_namespaced_resource(vocab.GROUP, vocab.VERSION, vocab.KIND_MODEL_DEPLOYMENT,
@@ -78,6 +78,8 @@ class KubeCluster:
         return found
 
     async def _resolve(self, service: str, namespace: str | None) -> Target | None:
+        if is_ipv4(service):
+            return await self._by_cluster_ip(service)
         if namespace is None:
             # A bare name: the one Service of that name the operator labels, in any namespace.
             matches = [_plain(s) async for s in self.client.list(
@@ -96,6 +98,17 @@ class KubeCluster:
         ns = found["metadata"]["namespace"]
         scalers = [_plain(s) async for s in self.client.list(ScalerRes, namespace=ns)]
         return target_of(found, scalers, self.default_timeout)
+
+    async def _by_cluster_ip(self, address: str) -> Target | None:
+        """A client that dialled the endpoint Service's ClusterIP: the operator's Service holding it."""
+        found = [_plain(s) async for s in self.client.list(Service, namespace="*",
+                                                             labels={vocab.LABEL_NAME: vocab.APP_NAME})]
+        match = next((s for s in found if (s.get("spec") or {}).get("clusterIP") == address), None)
+        if match is None:
+            return None
+        ns = match["metadata"]["namespace"]
+        scalers = [_plain(s) async for s in self.client.list(ScalerRes, namespace=ns)]
+        return target_of(match, scalers, self.default_timeout)
 
     async def request_wake(self, target: Target, when: str) -> None:
         """The activator's one write: the scaler's wake-requested annotation (docs/scale-to-zero.md#waking)."""

@@ -28,10 +28,18 @@ class Target:
         return f"{self.namespace}/{self.deployment}"
 
 
+def is_ipv4(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+
+
 def service_of(host: str) -> tuple[str, str | None]:
     """The Service and namespace a Host header names (`svc`, `svc.ns`, `svc.ns.svc[.cluster.local]`,
-    port ignored); the namespace is None for a bare name."""
+    port ignored); the namespace is None for a bare name. A client that dialled the ClusterIP sends
+    the address: (address, None), the Service found by its ClusterIP."""
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if is_ipv4(name):
+        return name, None
     parts = name.lower().split(".")
     return parts[0], (parts[1] if len(parts) > 1 and parts[1] else None)
 

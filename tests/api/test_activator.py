@@ -221,6 +221,7 @@ def test_a_host_names_a_service_and_maybe_its_namespace() -> None:
     assert service_of("qwen-pd-router.team-a.svc.cluster.local:8000") == ("qwen-pd-router", "team-a")
     assert service_of("qwen-pd-router:8000") == ("qwen-pd-router", None)
     assert service_of("qwen-pd-router.team-a") == ("qwen-pd-router", "team-a")
+    assert service_of("10.96.4.7:8000") == ("10.96.4.7", None)  # a client that dialled the ClusterIP
 
 
 def test_a_pair_serves_only_when_both_roles_and_the_router_do() -> None:
