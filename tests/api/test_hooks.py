@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+
 import copy
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -139,10 +141,15 @@ def test_an_unfinished_teardown_answers_first_and_its_deletes_follow(client, mon
                                                           finalizing=True))
     assert response.status_code == 200, response.text
     assert response.json()["finalized"] is False and response.json()["children"] == []
-    client.get("/healthz")  # one more request on the service's loop: the deletes have run by now
+    counted = 'modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"} 1.0'
+    # The deletes run on the service's loop after the answer: each request below gives it a turn.
+    # Bounded generously (a loaded machine), and ended by the product's progress, not by time.
+    deadline = time.monotonic() + 30
+    while counted not in client.get("/metrics").text:
+        assert time.monotonic() < deadline, "the deletes after the answer never ran"
+        time.sleep(0.05)
     assert {type(i).__name__ for i in carried[0]} == {"DeleteWorkload"}
     assert "wl-0" in {getattr(i, "uid", None) for i in carried[0]}
-    assert 'modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"} 1.0' in client.get("/metrics").text
 
     monkeypatch.undo()
     finished = client.post("/hooks/finalize", json=request(md, finalizing=True))
