@@ -263,10 +263,10 @@ class Activator:
             return
         try:
             # The raw (still encoded) body is streamed, so Content-Length and Content-Encoding stay true.
-            out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.multi_items()
-                   if k.lower() not in HOP_BY_HOP]
+            # The engine's header names as it spelled them (raw), not httpx's lower-cased view.
+            out = [(k, v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
             if hold.woke:
-                out.append((vocab.HEADER_WOKEN.lower().encode(), f"{held_for:.3f}".encode()))
+                out.append((vocab.HEADER_WOKEN.encode(), f"{held_for:.3f}".encode()))
             await send({"type": "http.response.start", "status": response.status_code, "headers": out})
             first = True
             async for chunk in response.aiter_raw():

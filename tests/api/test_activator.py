@@ -96,7 +96,16 @@ def status_of(messages: list[dict[str, Any]]) -> int:
 
 
 def headers_of(messages: list[dict[str, Any]]) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in messages[0]["headers"]}
+    return {k.decode().lower(): v.decode() for k, v in messages[0]["headers"]}
+
+
+def test_the_engines_header_names_are_forwarded_as_it_spelled_them() -> None:
+    def spelled(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=[("X-Stub-Pod", "p-0")], content=chunks(b"{}"))
+
+    messages = asyncio.run(call(activator(FakeCluster(), spelled)))
+    names = [k for k, _ in messages[0]["headers"]]
+    assert b"X-Stub-Pod" in names and vocab.HEADER_WOKEN.encode() in names
 
 
 def body_of(messages: list[dict[str, Any]]) -> bytes:
