@@ -183,8 +183,7 @@ class Activator:
             await answer(send, 503, f"ModelDeployment {target.key} cannot wake: {hold.failed}",
                          self.settings.retry_after_seconds)
             return
-        async with hold.release:
-            await self.forward(hold, scope, headers, body, send, self.clock() - started)
+        await self.forward(hold, scope, headers, body, send, self.clock() - started)
 
     async def _reason(self, target: Target) -> str:
         try:
@@ -255,12 +254,15 @@ class Activator:
             url += "?" + scope["query_string"].decode("latin-1")
         request = self.client.build_request(scope["method"], url, content=body,
                                             headers=[(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP])
-        try:
-            response = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            await answer(send, 502, f"the woken upstream {upstream} of {hold.target.key} did not answer: {exc}",
-                         self.settings.retry_after_seconds)
-            return
+        # A gradual release: at most release_batch held requests wait on the upstream's answer at
+        # once; each lets the next go as soon as its response starts (a long stream holds no slot).
+        async with hold.release:
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                await answer(send, 502, f"the woken upstream {upstream} of {hold.target.key} did not answer: {exc}",
+                             self.settings.retry_after_seconds)
+                return
         try:
             # The raw (still encoded) body is streamed, so Content-Length and Content-Encoding stay true.
             # The engine's header names as it spelled them (raw), not httpx's lower-cased view.

@@ -301,3 +301,28 @@ def test_a_hold_is_not_reused_once_nothing_waits_on_it() -> None:
     cluster.serve_after, cluster.reads = 10_000, 0
     cluster.behind = replace(TARGET, wake_timeout=0.2)
     assert status_of(asyncio.run(call(app))) == 503
+
+
+def test_held_streams_do_not_wait_for_each_other_past_their_first_byte() -> None:
+    """The release lets release_batch requests wait on the engine at once, not release_batch streams:
+    ten streams that end only when all ten have started all finish."""
+    started: list[int] = []
+    all_started = asyncio.Event()
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield b"data: first\n\n"
+        await asyncio.wait_for(all_started.wait(), timeout=5)
+        yield b"data: [DONE]\n\n"
+
+    def sse(request: httpx.Request) -> httpx.Response:
+        started.append(1)
+        if len(started) == 10:
+            all_started.set()
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+
+    app = activator(FakeCluster(serve_after=0), sse, SETTINGS.model_copy(update={"max_held": 20, "release_batch": 2}))
+
+    async def ten() -> list[list[dict[str, Any]]]:
+        return await asyncio.gather(*(call(app) for _ in range(10)))
+
+    assert [status_of(m) for m in asyncio.run(ten())] == [200] * 10
