@@ -1,0 +1,341 @@
+"""Parking and waking end to end (docs/scale-to-zero.md): a deployment scaled to zero gives its quota
+back to the queue and wakes as one set through Kueue's joint admission.
+
+The quota stories run on the kwok pools (Pods never run for real there, but Kueue, the scheduler,
+Metacontroller and our hooks and webhooks are all real). A wake is asked the way the activator asks
+it: the scaler's wake-requested annotation, which the scaler's own pass turns into its units.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import cluster as e2e_cluster
+from md_operator import NAMESPACE, Operator, start_operator
+
+H20 = "gpustack-nvidia-h20-linux-amd64"  # 2 kwok nodes of 8 cards: a ClusterQueue of 16
+WAKE_REQUESTED = "modeldeployment.gpustack.ai/wake-requested"
+
+
+def pair(name: str, cards: int) -> dict[str, Any]:
+    roles = [{"name": "prefill", "kind": "Prefill", "replicas": 1, "instanceType": H20,
+              "resources": {"accelerator": cards}},
+             {"name": "decode", "kind": "Decode", "replicas": 1, "instanceType": H20,
+              "resources": {"accelerator": cards}}]
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+                     "engine": {"name": "vLLM", "version": "0.29.0"}, "roles": roles}}
+
+
+def server(name: str, replicas: int, cards: int) -> dict[str, Any]:
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
+                     "engine": {"name": "vLLM", "version": "0.29.0"},
+                     "roles": [{"name": "server", "replicas": replicas, "instanceType": H20,
+                                "resources": {"accelerator": cards}}]}}
+
+
+def parking_scaler(name: str, units: int) -> dict[str, Any]:
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"deploymentRef": {"name": name},
+                     "roles": [{"name": "prefill", "ratio": 1}, {"name": "decode", "ratio": 1}],
+                     "replicas": units, "scaleToZero": {"idleAfter": "1h", "wakeReplicas": 1, "wakeTimeout": "5m"}}}
+
+
+def apply(op: Operator, obj: dict[str, Any], *, check: bool = True):
+    return op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=check)
+
+
+def delete(op: Operator, kind: str, name: str) -> None:
+    op.kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=false", check=False)
+    op.wait(f"{kind} {name} to be gone",
+            lambda: op.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode != 0, 120)
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return (pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+            and not pod["metadata"].get("deletionTimestamp"))
+
+
+def ready_by_role(op: Operator, name: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pod in op.pods(name):
+        role = pod["metadata"]["labels"].get("app.kubernetes.io/component")
+        if role != "router" and ready(pod):
+            counts[role] = counts.get(role, 0) + 1
+    return counts
+
+
+def workloads_of(op: Operator, name: str) -> list[dict[str, Any]]:
+    """The Workloads whose owner Pods belong to the deployment (Kueue names a pod group's Workload
+    after the group; the Pods carry the group's name)."""
+    groups = {p["metadata"]["labels"].get("kueue.x-k8s.io/pod-group-name") for p in op.pods(name)}
+    items = op.get("workloads.kueue.x-k8s.io", "-n", NAMESPACE)["items"]
+    return [w for w in items if w["metadata"]["name"] in groups]
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Operator) -> None:
+    # The H20 ClusterQueue holds 16 cards (2 nodes of 8): the pair takes all of them (8 + 8); "queued"
+    # asks for 8 and waits until the pair parks. The woken pair then needs 16 with 8 free: its
+    # prefill alone would fit, and the joint admission check keeps it queued with its decoder.
+    apply(op, pair("sleepy", cards=8))
+    apply(op, parking_scaler("sleepy", 1))
+    try:
+        op.wait("sleepy serving", lambda: ready_by_role(op, "sleepy") == {"prefill": 1, "decode": 1}, 180)
+        apply(op, server("queued", replicas=1, cards=8))
+        time.sleep(10)
+        assert ready_by_role(op, "queued") == {}, "the queued deployment ran on quota the pair holds"
+
+        # Park (what idleAfter does, here through the scale subresource as HPA or KEDA would).
+        op.kubectl("scale", "mds/sleepy", "-n", NAMESPACE, "--replicas=0")
+
+        def idle() -> dict[str, Any] | None:
+            md = op.md("sleepy")
+            gone = not op.pods("sleepy") or all(p["metadata"]["labels"].get("app.kubernetes.io/component") == "router"
+                                               for p in op.pods("sleepy"))
+            return md if md.get("status", {}).get("phase") == "Idle" and gone else None
+
+        md = op.wait("sleepy parked: Idle, no Pods", idle, 180)
+        ready_condition = condition(md, "Ready")
+        assert (ready_condition["status"], ready_condition["reason"]) == ("False", "ScaledToZero")
+        assert [r["replicas"] for r in md["spec"]["roles"]] == [0, 0]
+        listed = op.kubectl("get", "md", "sleepy", "-n", NAMESPACE).stdout
+        assert "Idle" in listed, listed
+        services = op.get("services", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=sleepy")["items"]
+        assert services, "a parked deployment keeps its Services"
+        # Its quota went back to the queue: the queued deployment is admitted and runs on it.
+        op.wait("queued admitted on the released quota", lambda: ready_by_role(op, "queued") == {"server": 1}, 180)
+        scaler = op.get("mds", "sleepy", "-n", NAMESPACE)
+        assert scaler["status"]["phase"] == "Parked" and scaler["status"].get("parkedSince")
+        assert "Parked" in op.kubectl("get", "mds", "sleepy", "-n", NAMESPACE).stdout
+
+        # Wake as the activator asks: the scaler's pass sets wakeReplicas, and the pair's two new
+        # replicas queue as one set while the pool is full: neither role runs alone.
+        now = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        op.kubectl("annotate", "mds/sleepy", "-n", NAMESPACE, f"{WAKE_REQUESTED}={now}", "--overwrite")
+        op.wait("the scaler woke to 1 unit", lambda: op.get("mds", "sleepy", "-n", NAMESPACE)["spec"]["replicas"] == 1,
+                120)
+        op.wait("the wake's replicas declared",
+                lambda: [r["replicas"] for r in op.md("sleepy")["spec"]["roles"]] == [1, 1], 120)
+        for _ in range(8):
+            assert ready_by_role(op, "sleepy") == {}, "half of a pair woke on a full pool"
+            time.sleep(2)
+        # Quota frees: the whole pair is admitted and serves.
+        delete(op, "md", "queued")
+        op.wait("sleepy woken and serving", lambda: ready_by_role(op, "sleepy") == {"prefill": 1, "decode": 1}, 180)
+        md = op.md("sleepy")
+        assert md["status"]["phase"] != "Idle"
+        events = op.get("events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=sleepy")["items"]
+        assert "Woken" in {e["reason"] for e in events}
+    finally:
+        delete(op, "mds", "sleepy")
+        delete(op, "md", "sleepy")
+        delete(op, "md", "queued")
+
+
+def test_a_pair_with_one_role_parked_is_refused_with_its_path_and_remedy(op: Operator) -> None:
+    obj = pair("halfparked", cards=1)
+    obj["spec"]["roles"][0]["replicas"] = 0
+    answer = apply(op, obj, check=False)
+    # The CRD's CEL rule answers before the validating webhook (rule 22, the same words with the
+    # role's own path, judges what bypasses the schema: unit-tested in tests/unit/test_admission_rules.py).
+    assert answer.returncode != 0
+    assert "spec.roles" in answer.stderr and "parks and wakes as a pair" in answer.stderr
+    assert "set both to 0 to park the deployment, or both above 0 to serve" in answer.stderr
+
+
+# --- on the real node: a request held, the deployment woken, the engine answering -------------------
+
+ACTIVATOR_PORT = 18080
+ACTIVATOR_METRICS_PORT = 19090
+
+
+def header(answer: dict[str, Any], name: str) -> str | None:
+    """A response header, whatever case the server wrote its name in (HTTP names are case-insensitive)."""
+    return next((v for k, v in answer["headers"].items() if k.lower() == name.lower()), None)
+
+
+def _real_node_stories() -> Any:
+    """Imported lazily: the real-node helpers of the stories next door (clients in the node's
+    network namespace, the real pool with our joint check)."""
+    import test_real_node_stories as stories
+    return stories
+
+
+@pytest.fixture(scope="module")
+def op(control_plane: e2e_cluster.ControlPlane, real_node: Any, real_pool: Any) -> Iterator[Operator]:
+    """The operator of every story here (the kwok pools' and the real node's), with the activator
+    beside it: the activator runs in the node's network namespace
+    (where Pod IPs and ClusterIPs are reachable), listening on the node's address; a selector-less
+    `modeldeployment-activator` Service with an EndpointSlice of that address stands for its
+    Deployment, and the operator reads it as it reads the installed one."""
+    import realnode as e2e_realnode
+
+    stories = _real_node_stories()
+    with stories.environ({**stories.SMALL_ROUTER, "MODELDEPLOYMENT_ACTIVATOR_NAMESPACE": NAMESPACE}):
+        operator = start_operator(control_plane)
+    pool = e2e_realnode.RealPool(control_plane, real_node, admission_checks=[stories.JOINT_CHECK]).apply()
+    pool.apply_instance_type()
+    pool.local_queue(NAMESPACE)
+    env = {**control_plane.env, "MODELDEPLOYMENT_ACTIVATOR_HOST": real_node.node_ip,
+           "MODELDEPLOYMENT_ACTIVATOR_POLL_SECONDS": "0.5", "MODELDEPLOYMENT_ACTIVATOR_WAKE_INTERVAL_SECONDS": "5",
+           "PYTHONUNBUFFERED": "1"}
+    control_plane.start_process("activator", ["nsenter", f"--net={real_node.netns_path}", "--", sys.executable,
+                                              "-m", "app.cli", "activator", "--port", str(ACTIVATOR_PORT),
+                                              "--metrics-port", str(ACTIVATOR_METRICS_PORT)],
+                                env=env, cwd=Path(__file__).resolve().parents[2])
+    apply(operator, {"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": "modeldeployment-activator", "namespace": NAMESPACE},
+                     "spec": {"ports": [{"name": "proxy", "port": ACTIVATOR_PORT, "protocol": "TCP"}]}})
+    apply(operator, {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                     "metadata": {"name": "modeldeployment-activator-e2e", "namespace": NAMESPACE,
+                                  "labels": {"kubernetes.io/service-name": "modeldeployment-activator"}},
+                     "addressType": "IPv4",
+                     "endpoints": [{"addresses": [real_node.node_ip], "conditions": {"ready": True}}],
+                     "ports": [{"name": "proxy", "port": ACTIVATOR_PORT, "protocol": "TCP"}]})
+    try:
+        yield operator
+    finally:
+        try:
+            operator.stop()
+        finally:
+            real_pool.apply()
+
+
+def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engine(
+        op: Operator, real_node: Any) -> None:
+    stories = _real_node_stories()
+    name = "napper"
+    md = stories.md_spec(name, [stories.role()])
+    stories.apply(op, md)
+    stories.apply(op, {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+                       "metadata": {"name": name, "namespace": NAMESPACE},
+                       "spec": {"deploymentRef": {"name": name}, "roles": [{"name": "server", "ratio": 1}],
+                                "replicas": 1, "scaleToZero": {"idleAfter": "1h", "wakeTimeout": "5m"}}})
+    try:
+        served = stories.md_when(op, name, "napper Ready", stories.md_ready, 240)
+        url = served["status"]["endpoint"]
+        op.kubectl("scale", f"mds/{name}", "-n", NAMESPACE, "--replicas=0")
+        parked = stories.md_when(op, name, "napper parked, its endpoint on the activator",
+                                 lambda m: (m.get("status") or {}).get("phase") == "Idle"
+                                 and (m.get("status") or {}).get("endpointRoute") == "Activator", 180)
+        assert parked["status"]["endpoint"] == url, "the endpoint clients know stays"
+        op.wait("napper's Pods gone", lambda: not stories.role_pods(op, name, "server"), 120)
+        service = op.get("service", url.split("//")[1].split(".")[0], "-n", NAMESPACE)
+        assert "selector" not in service["spec"]
+
+        # A client asks the parked deployment: held, woken, answered by the woken engine.
+        base = stories.endpoint_base(op, real_node, parked)
+        started = time.monotonic()
+        answer = stories.request(real_node, f"{base}/v1/chat/completions",
+                                 {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 8,
+                                  "messages": [{"role": "user", "content": "Say hello."}]}, timeout=280)
+        waited = time.monotonic() - started
+        assert answer["status"] == 200, answer
+        assert header(answer, "X-ModelDeployment-Woken") is not None, answer
+        (pod,) = stories.serving_pods(op, name, "server")
+        assert header(answer, "X-Stub-Pod") == pod["metadata"]["name"]
+        assert op.get("mds", name, "-n", NAMESPACE)["spec"]["replicas"] == 1
+        # Serving again: the endpoint goes straight to the Pods, no activator in the path.
+        woken = stories.md_when(op, name, "napper's endpoint back on its Pods",
+                                lambda m: "endpointRoute" not in (m.get("status") or {}), 120)
+        direct = stories.chat(real_node, stories.endpoint_base(op, real_node, woken))
+        assert direct["status"] == 200 and header(direct, "X-ModelDeployment-Woken") is None
+        print(f"wake: request held {waited:.1f} s until answered")
+    finally:
+        delete(op, "mds", name)
+        stories.delete_md(op, name)
+
+
+def test_a_wake_the_full_pool_cannot_admit_answers_503_with_the_reason_and_an_activator_restart_fails_only_its_holds(
+        op: Operator, control_plane: e2e_cluster.ControlPlane, real_node: Any) -> None:
+    """The real pool holds 8 cards: "hog" takes them all, so a woken replica of "blocked" waits for
+    quota. A held request is answered 503 with Retry-After and Kueue's reason at wakeTimeout (60 s);
+    a request held while its activator is killed fails at once (no hang), and once quota frees a
+    request is held, woken and served."""
+    import os
+    import signal
+    import threading
+
+    stories = _real_node_stories()
+    name = "blocked"
+    stories.apply(op, stories.md_spec(name, [stories.role()]))
+    stories.apply(op, {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+                       "metadata": {"name": name, "namespace": NAMESPACE},
+                       "spec": {"deploymentRef": {"name": name}, "roles": [{"name": "server", "ratio": 1}],
+                                "replicas": 0, "scaleToZero": {"idleAfter": "1h", "wakeTimeout": "1m"}}})
+    try:
+        parked = stories.md_when(op, name, "blocked parked behind the activator",
+                                 lambda m: (m.get("status") or {}).get("endpointRoute") == "Activator", 180)
+        stories.apply(op, stories.md_spec("hog", [stories.role(resources={"accelerator": 8})]))
+        stories.md_when(op, "hog", "hog Ready on the whole pool", stories.md_ready, 240)
+        base = stories.endpoint_base(op, real_node, parked)
+        body = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 8,
+                "messages": [{"role": "user", "content": "Say hello."}]}
+
+        started = time.monotonic()
+        refused = stories.request(real_node, f"{base}/v1/chat/completions", body, timeout=150)
+        waited = time.monotonic() - started
+        assert refused["status"] == 503, refused
+        assert int(header(refused, "Retry-After") or 0) > 0
+        message = json.loads(refused["body"])["error"]["message"]
+        assert "did not wake within 60s" in message and "waiting for quota in ClusterQueue" in message, message
+        assert 55 <= waited <= 120, waited
+        assert stories.role_pods(op, name, "server") and not stories.serving_pods(op, name, "server")
+
+        # A request held while its activator dies fails at once; the next one is held again.
+        outcome: dict[str, Any] = {}
+
+        def held() -> None:
+            try:
+                outcome["answer"] = stories.request(real_node, f"{base}/v1/chat/completions", body, timeout=150)
+            except Exception as exc:  # noqa: BLE001 - the failure is what this story looks at
+                outcome["error"] = str(exc)
+            outcome["after"] = time.monotonic()
+
+        client = threading.Thread(target=held)
+        client.start()
+        time.sleep(5)
+        activator = control_plane.components["activator"]
+        activator.stopped = True
+        killed = time.monotonic()
+        os.kill(activator.pid, signal.SIGKILL)
+        activator.proc.wait(timeout=10)
+        client.join(timeout=30)
+        assert not client.is_alive(), "a request held by a killed activator hung"
+        assert "error" in outcome or outcome["answer"]["status"] != 200, outcome
+        assert outcome["after"] - killed < 30
+        control_plane.start_component("activator")
+        def listening() -> bool:
+            try:
+                return real_node.http_get(f"http://{real_node.node_ip}:{ACTIVATOR_METRICS_PORT}/readyz")[0] == 200
+            except RuntimeError:  # connection refused until it listens
+                return False
+
+        op.wait("the activator back", listening, 60)
+
+        # Quota frees: the next request is held, the wake admitted, the engine answers.
+        stories.delete_md(op, "hog")
+        answer = stories.request(real_node, f"{base}/v1/chat/completions", body, timeout=280)
+        assert answer["status"] == 200 and header(answer, "X-ModelDeployment-Woken") is not None, answer
+        print(f"503 after {waited:.1f} s: {message}")
+    finally:
+        delete(op, "mds", name)
+        stories.delete_md(op, name)
+        op.kubectl("delete", "md", "hog", "-n", NAMESPACE, "--wait=false", check=False)
