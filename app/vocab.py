@@ -461,6 +461,8 @@ IDLENESS_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
 # Where a deployment's endpoint Service sends its traffic (status.endpointRoute, present only while
 # it is the activator): its own serving Pods, or the activator's.
 ENDPOINT_ROUTE_ACTIVATOR = "Activator"
+# The one pass after it serves again: selector back, the activator's slice still listed.
+ENDPOINT_ROUTE_RELEASING = "Releasing"
 # The activator's Service in the operator's namespace: its EndpointSlices list the activator's Ready
 # Pods, which the operator copies into a parked deployment's slice.
 ACTIVATOR_SERVICE = "modeldeployment-activator"

@@ -57,7 +57,7 @@ def target_of(service: dict[str, Any], scalers: list[dict[str, Any]], default_ti
                                                                              vocab.DEFAULT_WAKE_TIMEOUT)) or timeout)
     return Target(namespace=meta.get("namespace", ""), deployment=deployment,
                   scaler=(governing or {}).get("metadata", {}).get("name"), wake_timeout=timeout,
-                  port=int(port), selector=selector)
+                  port=port if isinstance(port, int) else str(port), selector=selector)
 
 
 class KubeCluster:

@@ -123,7 +123,13 @@ class Activator:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or []]
         host = next((v for k, v in headers if k.lower() == "host"), "")
         service, namespace = service_of(host)
-        target = await self.cluster.target(service, namespace) if service else None
+        try:
+            target = await self.cluster.target(service, namespace) if service else None
+        except Exception as exc:  # noqa: BLE001 - a clean 503, never a crash or a hang
+            log.warning("the deployment behind Host %r was not read: %s", host, exc)
+            await answer(send, 503, f"the activator could not read the deployment behind Host {host!r}: {exc}",
+                         self.settings.retry_after_seconds)
+            return
         if target is None:
             await answer(send, 404, f"no ModelDeployment endpoint is named by Host {host!r}; the activator answers "
                          "only for a parked or waking deployment's endpoint Service", None)
@@ -200,6 +206,7 @@ class Activator:
         hold.last_wake = now
         try:
             await self.cluster.request_wake(hold.target, utc_now())
+            log.info("wake requested for %s (%d held)", hold.target.key, hold.held)
         except Exception as exc:  # noqa: BLE001 - the reader retries at the next interval
             log.warning("wake request for %s not written: %s", hold.target.key, exc)
             hold.last_wake = float("-inf")

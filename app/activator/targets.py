@@ -20,7 +20,7 @@ class Target:
     deployment: str
     scaler: str | None  # the scaler that wakes it (None: nothing will)
     wake_timeout: float
-    port: int  # the Service's target port on the serving Pods
+    port: int | str  # the Service's target port on the serving Pods: a number, or a container port's name
     selector: dict[str, str] = field(default_factory=dict)  # the serving Pods
 
     @property
@@ -87,13 +87,27 @@ def fail_reason(workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> 
     return None
 
 
-def ready_addresses(pods: list[dict[str, Any]], port: int) -> list[str]:
+def container_port(pod: dict[str, Any], port: int | str) -> int | None:
+    """The Pod's port a Service's targetPort names: the number itself, or the container port of that name."""
+    if isinstance(port, int):
+        return port
+    if port.isdigit():
+        return int(port)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for entry in container.get("ports") or []:
+            if entry.get("name") == port and isinstance(entry.get("containerPort"), int):
+                return int(entry["containerPort"])
+    return None
+
+
+def ready_addresses(pods: list[dict[str, Any]], port: int | str) -> list[str]:
     """host:port of each Ready, running, not deleting Pod (the serving upstreams)."""
     out = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if meta.get("deletionTimestamp") or not status.get("podIP"):
+        number = container_port(pod, port)
+        if meta.get("deletionTimestamp") or not status.get("podIP") or number is None:
             continue
         if _condition(pod, vocab.POD_COND_READY).get("status") == "True":
-            out.append(f"{status['podIP']}:{port}")
+            out.append(f"{status['podIP']}:{number}")
     return sorted(out)

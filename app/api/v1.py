@@ -400,7 +400,8 @@ class ModelDeploymentStatus(KubeModel):
     phase_message: str | None = None
     endpoint: str | None = Field(default=None, description="In-cluster URL callers use.")
     endpoint_route: str | None = Field(default=None, description="Activator while the endpoint routes to the "
-                                       "activator (parked or waking); absent while it routes to the serving Pods.")
+                                       "activator (parked or waking), Releasing for one pass on the way back; absent "
+                                       "while it routes to the serving Pods.")
     role_summary: str | None = Field(default=None, description="Ready instances per kind, e.g. 1R3P4D.")
     roles: list[RoleStatus] = Field(default_factory=list)
     kv_cache: KVCacheStatus | None = None

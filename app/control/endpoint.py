@@ -32,6 +32,19 @@ class ActivatorAddresses:
     read_at: float = field(default=0.0, compare=False)
 
 
+# After the switch back to the Pods, the activator's slice stays one more pass this long beside the
+# restored selector, so the endpoint never has no address while the EndpointSlice controller
+# writes the serving Pods' slice (the activator forwards what reaches it straight to the Pods).
+RELEASE_SECONDS = 10.0
+
+
+def releasing(md: ModelDeployment, status: KubeObject, activator: ActivatorAddresses) -> bool:
+    """The pass that finds a deployment routed to the activator serving again: selector back, the
+    activator's slice kept (status.endpointRoute Releasing) until the next pass."""
+    return (bool(activator.addresses) and not parked(md) and serving(status)
+            and (md.status or {}).get("endpointRoute") == vocab.ENDPOINT_ROUTE_ACTIVATOR)
+
+
 def to_activator(md: ModelDeployment, status: KubeObject, activator: ActivatorAddresses) -> bool:
     """The endpoint routes to the activator while the deployment is parked, and after that until it
     serves again (waking); never when no activator Pod is known."""
@@ -79,15 +92,22 @@ def activator_slice(service: KubeObject, activator: ActivatorAddresses) -> KubeO
 
 
 def switch(md: ModelDeployment, children: list[KubeObject], status: KubeObject,
-           activator: ActivatorAddresses) -> None:
+           activator: ActivatorAddresses) -> float | None:
     """Route the endpoint to the activator when `to_activator` says so: the endpoint Service made
-    selector-less and its EndpointSlice added to `children`; status.endpointRoute records it."""
+    selector-less and its EndpointSlice added to `children`; status.endpointRoute records it. On
+    the way back (`releasing`) the Service has its selector and the slice stays one pass: the
+    seconds until that pass are returned (None otherwise)."""
     name = endpoint_service_name(status)
-    if name is None or not to_activator(md, status, activator):
-        return
+    route_to_activator, release = to_activator(md, status, activator), releasing(md, status, activator)
+    if name is None or not (route_to_activator or release):
+        return None
     for index, child in enumerate(children):
         if child.get("kind") == "Service" and child["metadata"]["name"] == name:
-            children[index] = selectorless(child)
             children.append(activator_slice(child, activator))
+            if release:
+                status["endpointRoute"] = vocab.ENDPOINT_ROUTE_RELEASING
+                return RELEASE_SECONDS
+            children[index] = selectorless(child)
             status["endpointRoute"] = vocab.ENDPOINT_ROUTE_ACTIVATOR
-            return
+            return None
+    return None

@@ -204,10 +204,10 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
                                         stall_note=stalls.phase_note(ctx, ungate_stalls))
     if joint.record is not None:
         result_status["jointAdmission"] = joint.record
-    if not finalizing:
-        endpoint.switch(md, children, result_status, settings.activator)
+    release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=None if finalizing else _resync_after(plans, joint), needs_peers=joint.needs_peers)
+                        resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
+                        needs_peers=joint.needs_peers)
     if finalizing:
         router_pods = teardown.router_pods_left(request.related)
         if router_pods:
@@ -215,6 +215,11 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
+
+
+def _soonest(*after: float | None) -> float | None:
+    waits = [a for a in after if a is not None]
+    return min(waits) if waits else None
 
 
 def _resync_after(plans: list[RolePlan], joint: gang.GangDecision) -> float | None:

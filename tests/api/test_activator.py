@@ -326,3 +326,24 @@ def test_held_streams_do_not_wait_for_each_other_past_their_first_byte() -> None
         return await asyncio.gather(*(call(app) for _ in range(10)))
 
     assert [status_of(m) for m in asyncio.run(ten())] == [200] * 10
+
+
+def test_a_named_target_port_is_the_pods_container_port_of_that_name() -> None:
+    pod = {"metadata": {"name": "r"}, "spec": {"containers": [{"ports": [{"name": "http", "containerPort": 8000}]}]},
+           "status": {"podIP": "10.0.0.7", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert ready_addresses([pod], "http") == ["10.0.0.7:8000"]
+    assert ready_addresses([pod], "grpc") == []
+    service = {"metadata": {"name": "pd-router", "namespace": "team-a",
+                            "labels": {vocab.LABEL_NAME: vocab.APP_NAME, vocab.LABEL_INSTANCE: "pd"}},
+               "spec": {"ports": [{"port": 8000, "targetPort": "http"}]}}
+    target = target_of(service, [], 900.0)
+    assert target is not None and target.port == "http"
+
+
+def test_a_failed_read_of_the_target_is_a_clean_503() -> None:
+    class Broken(FakeCluster):
+        async def target(self, service: str, namespace: str | None) -> Target | None:
+            raise RuntimeError("the API server is away")
+
+    messages = asyncio.run(call(activator(Broken())))
+    assert status_of(messages) == 503 and "the API server is away" in json.loads(body_of(messages))["error"]["message"]

@@ -59,8 +59,14 @@ def test_a_woken_deployment_stays_on_the_activator_until_it_serves() -> None:
     observed = [running(p, f"uid-{i}") for i, p in enumerate(by_kind(waking, "Pod"))]
     served = sync(md, SETTINGS, children=observed)
     assert serving(served.status)
-    assert "endpointRoute" not in served.status and by_kind(served, "EndpointSlice") == []
+    # The way back: the selector returns and the activator's slice stays one more pass, so the
+    # endpoint always has an address while the EndpointSlice controller lists the Pods.
+    assert served.status["endpointRoute"] == vocab.ENDPOINT_ROUTE_RELEASING and by_kind(served, "EndpointSlice")
     assert all("selector" in s["spec"] for s in by_kind(served, "Service"))
+    assert served.resync_after is not None and served.resync_after <= endpoint.RELEASE_SECONDS
+    md["status"] = {"endpointRoute": vocab.ENDPOINT_ROUTE_RELEASING}
+    after = sync(md, SETTINGS, children=observed)
+    assert "endpointRoute" not in after.status and by_kind(after, "EndpointSlice") == []
 
 
 def test_without_a_known_activator_the_endpoint_stays_on_the_pods() -> None:
