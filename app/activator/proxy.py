@@ -98,6 +98,9 @@ class Activator:
             del self.client.headers[name]
         self.clock = clock
         self.holds: dict[str, Hold] = {}
+        # The last wake request per deployment, across holds (one held request at a time would
+        # otherwise ask on every request).
+        self.wakes_asked: dict[str, float] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -201,9 +204,13 @@ class Activator:
     async def _ask_wake(self, hold: Hold) -> None:
         """One wake request per deployment per wake_interval (the scaler's pass deduplicates the rest)."""
         now = self.clock()
-        if now - hold.last_wake < self.settings.wake_interval_seconds:
+        last = max(hold.last_wake, self.wakes_asked.get(hold.target.key, float("-inf")))
+        if now - last < self.settings.wake_interval_seconds:
+            if hold.last_wake == float("-inf"):
+                hold.last_wake = last  # this hold's wake was asked by an earlier one
             return
         hold.last_wake = now
+        self.wakes_asked[hold.target.key] = now
         try:
             await self.cluster.request_wake(hold.target, utc_now())
             log.info("wake requested for %s (%d held)", hold.target.key, hold.held)

@@ -347,3 +347,16 @@ def test_a_failed_read_of_the_target_is_a_clean_503() -> None:
 
     messages = asyncio.run(call(activator(Broken())))
     assert status_of(messages) == 503 and "the API server is away" in json.loads(body_of(messages))["error"]["message"]
+
+
+def test_one_request_after_another_asks_for_one_wake_per_interval() -> None:
+    cluster = FakeCluster(serve_after=1)
+    app = activator(cluster)
+
+    async def one_by_one() -> None:
+        for _ in range(3):
+            cluster.reads = 0
+            assert status_of(await call(app)) == 200
+
+    asyncio.run(one_by_one())
+    assert len(cluster.wakes) == 1
