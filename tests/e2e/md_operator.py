@@ -51,6 +51,11 @@ class Operator:
             self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "modeldeploymentscaler",
                             "--wait=false", check=False)
             self.cp.stop_process("operator")
+            # Then its webhooks: left behind, they would refuse every later write (fail closed) and
+            # keep another module's `helm install` from owning their names.
+            self.cp.kubectl("delete", "mutatingwebhookconfiguration/modeldeployment-operator",
+                            "validatingwebhookconfiguration/modeldeployment-operator", "--ignore-not-found",
+                            "--wait=false", check=False)
 
     def wait_listening(self) -> None:
         client = self.cp.http_client()

@@ -153,9 +153,9 @@ def test_chart_options(helm: Path):
         webhook = by_kind(objects, kind)[0]
         assert "annotations" not in webhook["metadata"]
         assert webhook["webhooks"][0]["clientConfig"]["caBundle"] == ca
-    deployment = by_kind(objects, "Deployment")[0]
+    deployment = operator_object(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 3
-    assert by_kind(objects, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"] == 1
+    assert operator_object(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["MODELDEPLOYMENT_LOG_JSON"] == "false" and env["MODELDEPLOYMENT_LOG_LEVEL"] == "DEBUG"
@@ -237,9 +237,16 @@ def test_helm_install_refuses_a_bad_value_naming_its_key(helm: Path, control_pla
     assert accepted.returncode == 0 and "STATUS: pending-install" in accepted.stdout, accepted.stderr
 
 
+def operator_object(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The operator's own object of a kind the activator has one of too (Deployment, PodDisruptionBudget)."""
+    return next(o for o in by_kind(objects, kind) if o["metadata"]["name"] == "modeldeployment-operator")
+
+
 def test_the_disruption_budget_is_one_a_drain_can_satisfy(helm: Path):
     def budget(*sets: str) -> list[dict[str, Any]]:
-        return by_kind(helm_template(helm, "ops", *sets), "PodDisruptionBudget")
+        """The operator's budget (the activator's, with its own replicas, is judged below)."""
+        return [o for o in by_kind(helm_template(helm, "ops", *sets), "PodDisruptionBudget")
+                if o["metadata"]["name"] == "modeldeployment-operator"]
 
     assert not budget("replicas=1")  # a budget over one replica would block every drain
     default = budget()[0]["spec"]
@@ -249,6 +256,10 @@ def test_the_disruption_budget_is_one_a_drain_can_satisfy(helm: Path):
     assert not budget("podDisruptionBudget.enabled=false")
     refused = helm_template(helm, "ops", "replicas=2", "podDisruptionBudget.minAvailable=2", check=False)
     assert isinstance(refused, str) and "podDisruptionBudget.minAvailable (2) must be below replicas (2)" in refused
+    # The activator's budget: one Pod at a time over its (at least two) replicas.
+    activator = [o for o in by_kind(helm_template(helm, "ops"), "PodDisruptionBudget")
+                 if o["metadata"]["name"] == "modeldeployment-activator"]
+    assert len(activator) == 1 and activator[0]["spec"].get("maxUnavailable") == 1, activator
 
 
 def test_chart_dashboard_is_the_manifests_one():

@@ -146,7 +146,7 @@ def test_kubectl_scale_grows_and_shrinks_a_routed_pair_at_its_ratio(op: Operator
         assert condition(obj, "Active")["reason"] == "Synced"
         table = op.kubectl("get", "mds", "scaled", "-n", NAMESPACE).stdout
         header, row = table.splitlines()[:2]
-        assert header.split() == ["NAME", "DEPLOYMENT", "ROLES", "REPLICAS", "READY", "AGE"]
+        assert header.split() == ["NAME", "DEPLOYMENT", "ROLES", "REPLICAS", "READY", "PHASE", "AGE"]
         assert row.split()[:5] == ["scaled", "scaled", "prefill×1,decode×2", "3", "3"]
         scale = json.loads(op.kubectl("get", "--raw", f"/apis/worker.gpustack.ai/v1/namespaces/{NAMESPACE}/"
                                       "modeldeploymentscalers/scaled/scale").stdout)
