@@ -449,9 +449,12 @@ IDLENESS_WRITE_INTERVAL_SECONDS = 30.0
 HEADER_WOKEN = "X-ModelDeployment-Woken"
 ACTIVATOR_COMPONENT = "activator"
 # The endpoint switch (docs/scale-to-zero.md#the-endpoint-switch): while parked or waking the
-# endpoint Service has no selector (its EndpointSlice lists the activator's Pods); this annotation
+# endpoint Service selects no Pod (an EndpointSlice lists the activator's Pods); this annotation
 # keeps the serving Pods' selector (JSON) for the activator to forward to once they are Ready.
 ANNOTATION_SERVING_SELECTOR = "modeldeployment.gpustack.ai/serving-selector"
+# ...and its selector gains this label, which no Pod carries: Kubernetes' EndpointSlice controller
+# keeps its own slice of the Service, empty (a Service without a selector would keep a stale one).
+LABEL_ENDPOINT_PARKED = "modeldeployment.gpustack.ai/endpoint-parked"
 # Engine request counters read for idleness (Prometheus text on the engine's serving port; names
 # checked against vLLM's v1 metrics and SGLang 0.5.2's sglang/srt/metrics/collector.py). A counter
 # that moved, or a request running or queued, is a request (docs/scale-to-zero.md#idle-after).

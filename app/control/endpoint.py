@@ -2,8 +2,8 @@
 Service sends its traffic, decided each pass and rendered as children.
 
 Serving: the endpoint Service keeps its selector and traffic goes straight to the serving Pods.
-Parked or waking: the Service is rendered without a selector (the serving selector kept in an
-annotation for the activator) beside an EndpointSlice listing the activator's Ready Pods. The
+Parked or waking: the Service selects no Pod (the serving selector kept in an annotation for the
+activator) beside an EndpointSlice listing the activator's Ready Pods. The
 activator's Pods live in the operator's namespace, which Metacontroller cannot relate to a
 deployment in another one, so the operator hands the pass their addresses (`ActivatorAddresses`,
 kept current by app/kube/activator_endpoints.py) as it hands it the clock.
@@ -64,10 +64,14 @@ def endpoint_service_name(status: KubeObject) -> str | None:
     return url.split("://", 1)[1].split(".", 1)[0]
 
 
-def selectorless(service: KubeObject) -> KubeObject:
-    """The Service with its selector moved into the serving-selector annotation."""
+def parked_service(service: KubeObject) -> KubeObject:
+    """The Service selecting no Pod (its selector plus a label no Pod carries), its serving selector
+    kept in an annotation. Not selector-less: Kubernetes' EndpointSlice controller leaves the slices
+    of a Service that lost its selector as they were (the old Pods listed); one that selects nothing
+    gets its slice emptied, and only the activator's addresses remain."""
     out = json.loads(json.dumps(service))
-    selector = out["spec"].pop("selector", {})
+    selector = dict(out["spec"].get("selector") or {})
+    out["spec"]["selector"] = {**selector, vocab.LABEL_ENDPOINT_PARKED: "true"}
     annotations = out["metadata"].setdefault("annotations", {})
     annotations[vocab.ANNOTATION_SERVING_SELECTOR] = json.dumps(selector, sort_keys=True, separators=(",", ":"))
     return out  # type: ignore[no-any-return]
@@ -93,8 +97,8 @@ def activator_slice(service: KubeObject, activator: ActivatorAddresses) -> KubeO
 
 def switch(md: ModelDeployment, children: list[KubeObject], status: KubeObject,
            activator: ActivatorAddresses) -> float | None:
-    """Route the endpoint to the activator when `to_activator` says so: the endpoint Service made
-    selector-less and its EndpointSlice added to `children`; status.endpointRoute records it. On
+    """Route the endpoint to the activator when `to_activator` says so: the endpoint Service made to
+    select no Pod and the activator's EndpointSlice added to `children`; status.endpointRoute records it. On
     the way back (`releasing`) the Service has its selector and the slice stays one pass: the
     seconds until that pass are returned (None otherwise)."""
     name = endpoint_service_name(status)
@@ -107,7 +111,7 @@ def switch(md: ModelDeployment, children: list[KubeObject], status: KubeObject,
             if release:
                 status["endpointRoute"] = vocab.ENDPOINT_ROUTE_RELEASING
                 return RELEASE_SECONDS
-            children[index] = selectorless(child)
+            children[index] = parked_service(child)
             status["endpointRoute"] = vocab.ENDPOINT_ROUTE_ACTIVATOR
             return None
     return None

@@ -1,5 +1,5 @@
 """The endpoint switch (docs/scale-to-zero.md#the-endpoint-switch): while a deployment is parked or
-waking its endpoint Service has no selector and an EndpointSlice lists the activator's Pods; once it
+waking its endpoint Service selects no Pod and an EndpointSlice lists the activator's Pods; once it
 serves, the Service selects the serving Pods again and the slice goes."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_a_parked_deployments_endpoint_routes_to_the_activator() -> None:
     name = endpoint.endpoint_service_name(result.status)
     assert name is not None
     service = endpoint_service(result, name)
-    assert "selector" not in service["spec"]
+    assert service["spec"]["selector"][vocab.LABEL_ENDPOINT_PARKED] == "true"  # selects no Pod
     kept = json.loads(service["metadata"]["annotations"][vocab.ANNOTATION_SERVING_SELECTOR])
     assert kept[vocab.LABEL_INSTANCE] == "qwen-chat"
     (slice_,) = by_kind(result, "EndpointSlice")
@@ -48,7 +48,7 @@ def test_a_serving_deployment_routes_to_its_own_pods() -> None:
     result = sync(parent(), SETTINGS)
     assert "endpointRoute" not in result.status
     assert by_kind(result, "EndpointSlice") == []
-    assert all("selector" in s["spec"] for s in by_kind(result, "Service"))
+    assert all(vocab.LABEL_ENDPOINT_PARKED not in s["spec"]["selector"] for s in by_kind(result, "Service"))
 
 
 def test_a_woken_deployment_stays_on_the_activator_until_it_serves() -> None:
@@ -62,7 +62,7 @@ def test_a_woken_deployment_stays_on_the_activator_until_it_serves() -> None:
     # The way back: the selector returns and the activator's slice stays one more pass, so the
     # endpoint always has an address while the EndpointSlice controller lists the Pods.
     assert served.status["endpointRoute"] == vocab.ENDPOINT_ROUTE_RELEASING and by_kind(served, "EndpointSlice")
-    assert all("selector" in s["spec"] for s in by_kind(served, "Service"))
+    assert all(vocab.LABEL_ENDPOINT_PARKED not in s["spec"]["selector"] for s in by_kind(served, "Service"))
     assert served.resync_after is not None and served.resync_after <= endpoint.RELEASE_SECONDS
     md["status"] = {"endpointRoute": vocab.ENDPOINT_ROUTE_RELEASING}
     after = sync(md, SETTINGS, children=observed)
