@@ -441,7 +441,7 @@ def test_readiness_follows_the_engines_health(op: Operator, real_node: e2e_realn
             md = op.md("slow")
             pod = pods[0] if len(pods) == 1 else None
             health = None
-            if pod and pod["status"].get("podIP") and pod["status"].get("containerStatuses", [{}])[0].get("state", {}).get("running"):
+            if pod and pod["status"].get("podIP") and (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}).get("running"):
                 try:
                     health = request(real_node, f"http://{pod['status']['podIP']}:8000/health", timeout=3)["status"]
                 except RuntimeError:
@@ -496,8 +496,24 @@ def test_a_routed_prefill_decode_pair_answers_through_the_router(
         on_real_node(p)
     assert md["status"]["endpoint"] == f"http://{names.router('pd')}.{NAMESPACE}.svc:{vocab.ROUTER_PORT}"
     base = endpoint_base(op, real_node, md)
-    answer = chat(real_node, base, content="Explain the prefill and the decode of a request in a few words.")
-    assert answer["status"] == 200, answer
+    # The router's first Pod ran on a kwok node (fake address) before placed_router moved it: wait
+    # until the Service's EndpointSlices list only the real one, and kube-proxy has followed.
+    router_ip = router["status"]["podIP"]
+
+    def router_endpoints() -> list[str]:
+        slices = op.get("endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={names.router('pd')}")
+        return sorted(a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"])
+
+    op.wait("the router Service's endpoints: the real Pod only", lambda: router_endpoints() == [router_ip], 60)
+
+    def first() -> dict[str, Any] | None:
+        try:
+            out = chat(real_node, base, content="Explain the prefill and the decode of a request in a few words.")
+        except RuntimeError:  # a connect to the departed kwok address, until kube-proxy syncs
+            return None
+        return out if out["status"] == 200 else None
+
+    answer = op.wait("the router answering through its Service", first, 30, 1)
     headers = answer["headers"]
     assert headers["X-Stub-Router-Pod"] == router["metadata"]["name"], headers
     assert headers["X-Stub-Prefill-Pod"] == prefill["metadata"]["name"], headers
