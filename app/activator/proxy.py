@@ -73,6 +73,7 @@ class Hold:
     release: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     turn: itertools.count[int] = field(default_factory=itertools.count)
     woke: bool = False
+    waited: bool = False  # a read found the deployment not serving: these requests were held for a wake
 
     def upstream(self) -> str:
         return self.upstreams[next(self.turn) % len(self.upstreams)]
@@ -237,10 +238,11 @@ class Activator:
                 hold.ready.set()
             elif state.serving and state.upstreams:
                 hold.upstreams = state.upstreams
-                if hold.last_wake != float("-inf"):
+                if hold.waited:
                     self._count_wake(hold, state)
                 hold.ready.set()
             else:
+                hold.waited = True
                 if hold.target.scaler is not None:
                     await self._ask_wake(hold)
                 await asyncio.sleep(self.settings.poll_seconds)

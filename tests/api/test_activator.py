@@ -360,3 +360,10 @@ def test_one_request_after_another_asks_for_one_wake_per_interval() -> None:
 
     asyncio.run(one_by_one())
     assert len(cluster.wakes) == 1
+
+
+def test_a_request_to_a_deployment_already_serving_is_forwarded_unmarked() -> None:
+    """kube-proxy may still send a request to the activator just after the switch back: it is
+    forwarded at once, and not marked woken (nothing was woken for it)."""
+    messages = asyncio.run(call(activator(FakeCluster(serve_after=0))))
+    assert status_of(messages) == 200 and vocab.HEADER_WOKEN.lower() not in headers_of(messages)
