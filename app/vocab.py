@@ -195,6 +195,10 @@ RESOURCE_RDMA_DEDICATED = "device.gpustack.ai/rdma"
 RESOURCE_EFA = "vpc.amazonaws.com/efa"
 EPHEMERAL_STORAGE_BYTES = 15 * 2**30
 DEFAULT_TERMINATION_GRACE_SECONDS = 30
+# The engine container's preStop pause (a kubelet sleep action: no binary in the image): a
+# terminating replica keeps serving while its Services drop it (docs/rendering.md#ports-and-probes).
+# Below every grace period a role may set (the CRD's minimum is 15 s).
+ENGINE_PRE_STOP_SECONDS = 5
 STARTUP_PERIOD_SECONDS = 10
 # Loading a large model can take long; one hour before the kubelet gives up on startup.
 STARTUP_FAILURE_THRESHOLD = 360

@@ -257,6 +257,10 @@ def _engine_container(role: Role, guarded: Role, image: str, ports: Ports, rende
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": mounts,
         **_probes(ports),
+        # The kubelet sends SIGTERM only after this pause, by which time the endpoint controllers and
+        # kube-proxy have taken the terminating Pod out of its Services: a turnover refuses no
+        # connection (docs/rendering.md#ports-and-probes).
+        "lifecycle": {"preStop": {"sleep": {"seconds": vocab.ENGINE_PRE_STOP_SECONDS}}},
     }
     env = _env(guarded, rendered)
     if env:
