@@ -238,7 +238,7 @@ def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engi
         assert parked["status"]["endpoint"] == url, "the endpoint clients know stays"
         op.wait("napper's Pods gone", lambda: not stories.role_pods(op, name, "server"), 120)
         service = op.get("service", url.split("//")[1].split(".")[0], "-n", NAMESPACE)
-        assert "selector" not in service["spec"]
+        assert service["spec"]["selector"]["modeldeployment.gpustack.ai/endpoint-parked"] == "true"
 
         # A client asks the parked deployment: held, woken, answered by the woken engine.
         base = stories.endpoint_base(op, real_node, parked)
@@ -255,6 +255,7 @@ def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engi
         # Serving again: the endpoint goes straight to the Pods, no activator in the path.
         woken = stories.md_when(op, name, "napper's endpoint back on its Pods",
                                 lambda m: "endpointRoute" not in (m.get("status") or {}), 120)
+        time.sleep(3)  # kube-proxy programs the slice's removal
         direct = stories.chat(real_node, stories.endpoint_base(op, real_node, woken))
         assert direct["status"] == 200 and header(direct, "X-ModelDeployment-Woken") is None
         print(f"wake: request held {waited:.1f} s until answered")
@@ -339,3 +340,112 @@ def test_a_wake_the_full_pool_cannot_admit_answers_503_with_the_reason_and_an_ac
         delete(op, "mds", name)
         stories.delete_md(op, name)
         op.kubectl("delete", "md", "hog", "-n", NAMESPACE, "--wait=false", check=False)
+
+
+# One POST per interval on a new connection until the stop file exists, each allowed `timeout`
+# seconds (a held request waits for the wake); one JSON line per request.
+_WAKE_LOOP = r"""
+import json, os, sys, time, urllib.request, urllib.error
+url, interval, stop, timeout = sys.argv[1], float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+body = json.dumps({"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 4,
+                   "messages": [{"role": "user", "content": "hi"}]}).encode()
+nxt = time.monotonic()
+while not os.path.exists(stop):
+    rec = {"t": time.time()}
+    try:
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            r.read()
+            h = {k.lower(): v for k, v in r.headers.items()}
+            rec.update(ok=r.status == 200, status=r.status, woken="x-modeldeployment-woken" in h,
+                       prefill=h.get("x-stub-prefill-pod"), decode=h.get("x-stub-decode-pod"))
+    except urllib.error.HTTPError as e:
+        rec.update(ok=False, status=e.code)
+    except Exception as e:
+        rec.update(ok=False, error=f"{type(e).__name__}: {e}")
+    rec["took"] = time.time() - rec["t"]
+    print(json.dumps(rec), flush=True)
+    nxt += interval
+    time.sleep(max(0.0, nxt - time.monotonic()))
+"""
+
+
+def test_a_parked_prefill_decode_pair_is_woken_as_one_set_and_a_client_loop_loses_nothing(
+        op: Operator, control_plane: e2e_cluster.ControlPlane, real_node: Any) -> None:
+    """A routed P/D pair parked behind its router: a client sending a request every 2 s through the
+    wake sees every one answered by the woken prefiller and decoder (the router is never parked)."""
+    import subprocess
+    import uuid
+
+    import realnode as e2e_realnode
+    from app.render import names
+
+    stories = _real_node_stories()
+    name = "pdnap"
+    stories.apply(op, stories.md_spec(name, [stories.role("prefill", kind="Prefill"),
+                                             stories.role("decode", kind="Decode")],
+                                      router={"name": "llm-d-router", "disaggregationThresholdTokens": 0}))
+    stories.apply(op, {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+                       "metadata": {"name": name, "namespace": NAMESPACE},
+                       "spec": {"deploymentRef": {"name": name},
+                                "roles": [{"name": "prefill", "ratio": 1}, {"name": "decode", "ratio": 1}],
+                                "replicas": 1, "scaleToZero": {"idleAfter": "1h", "wakeTimeout": "5m"}}})
+    router = names.router(name)
+    try:
+        op.wait("the router Deployment", lambda: op.kubectl("get", "deployment", router, "-n", NAMESPACE,
+                                                               check=False).returncode == 0, 120)
+        patch = {"spec": {"template": {"spec": {
+            "nodeSelector": {e2e_realnode.REAL_NODE_LABEL: "true"},
+            "tolerations": [{"key": e2e_realnode.REAL_NODE_TAINT_KEY, "operator": "Equal", "value": "true",
+                             "effect": "NoSchedule"}]}}}}
+        op.kubectl("patch", "deployment", router, "-n", NAMESPACE, "--type=strategic", "-p", json.dumps(patch))
+        stories.md_when(op, name, "pdnap Ready with its router", stories.md_ready, 300)
+        op.kubectl("scale", f"mds/{name}", "-n", NAMESPACE, "--replicas=0")
+        parked = stories.md_when(op, name, "pdnap parked behind the activator",
+                                 lambda m: (m.get("status") or {}).get("phase") == "Idle"
+                                 and (m.get("status") or {}).get("endpointRoute") == "Activator", 180)
+        op.wait("pdnap's engines gone", lambda: not stories.role_pods(op, name, "prefill")
+                and not stories.role_pods(op, name, "decode"), 120)
+        base = stories.endpoint_base(op, real_node, parked)
+        # The switch converged: the router Service's only address is the activator's (the
+        # controller's slice of it is empty), and kube-proxy had a moment to program it. Before that a
+        # request reaches the router with no engine behind it (docs/scale-to-zero.md#failure-modes).
+        def only_the_activator() -> bool:
+            slices = op.get("endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={router}")["items"]
+            listed = {s["metadata"]["name"]: [a for e in s.get("endpoints") or [] for a in e["addresses"]]
+                      for s in slices}
+            return (listed.get(f"{router}-activator") == [real_node.node_ip]
+                    and all(not v for k, v in listed.items() if k != f"{router}-activator"))
+
+        op.wait("the router Service's addresses are the activator's alone", only_the_activator, 60)
+        time.sleep(3)
+
+        stop = control_plane.work_dir / f"wake-loop-stop-{uuid.uuid4().hex[:6]}"
+        loop = subprocess.Popen(["nsenter", f"--net={real_node.netns_path}", "--", sys.executable, "-c", _WAKE_LOOP,
+                                 f"{base}/v1/chat/completions", "2", str(stop), "240"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            served = stories.md_when(op, name, "pdnap woken, its endpoint back on the router",
+                                     lambda m: stories.md_ready(m) and "endpointRoute" not in (m.get("status") or {}),
+                                     300)
+            time.sleep(10)  # requests after the switch back, straight to the router
+        finally:
+            stop.touch()
+            out, err = loop.communicate(timeout=300)
+            stop.unlink(missing_ok=True)
+        records = [json.loads(line) for line in out.splitlines() if line.strip()]
+        assert records, err
+        failed = [r for r in records if not r.get("ok")]
+        assert not failed, f"{len(failed)} of {len(records)} requests failed through the wake: {failed[:3]}"
+        woken = [r for r in records if r.get("woken")]
+        assert woken, "no request was held and woken"
+        prefill = stories.serving_pods(op, name, "prefill")[0]["metadata"]["name"]
+        decode = stories.serving_pods(op, name, "decode")[0]["metadata"]["name"]
+        assert all(r["prefill"] == prefill and r["decode"] == decode for r in records), records[:3]
+        assert served["status"]["endpoint"] == parked["status"]["endpoint"]
+        assert op.get("mds", name, "-n", NAMESPACE)["spec"]["replicas"] == 1
+        print(f"P/D wake: {len(records)} requests, {len(woken)} held (longest {max(r['took'] for r in woken):.1f} s), "
+              "0 failed")
+    finally:
+        delete(op, "mds", name)
+        stories.delete_md(op, name)
