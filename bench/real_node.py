@@ -144,7 +144,8 @@ def summary(values: list[float]) -> dict[str, float]:
 def run(pods: int, count: int, rate: float, replica_counts: list[int]) -> dict[str, Any]:
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
-                               "rate_per_s": rate, "probe_periods": {
+                               "rate_per_s": rate, "pre_stop_seconds": getattr(vocab, "ENGINE_PRE_STOP_SECONDS", None),
+                               "probe_periods": {
                                    "startup_s": vocab.STARTUP_PERIOD_SECONDS, "readiness_s": 5}}
     cp = e2e_cluster.ControlPlane(bin_dir=e2e_cluster.ensure_built(), real_node=True)
     failed = True
@@ -232,17 +233,18 @@ def report(results: dict[str, Any], note: str = "") -> str:
         "",
         "**1 replica**: the rollout replaces, it never surges (docs/kueue.md#rollout-cadence: a replacement is",
         "created once no Pod of its ordinal is left, since Kueue deletes a Pod beyond the group's count), so a",
-        "1-replica role's image edit is an outage of about one Pod create -> Ready: the old Pod stops at the",
-        "edit, the client is refused until the new one is Ready. Documented (\"No surge\"), and as long as",
-        "the engine takes to load for a real engine.",
+        "1-replica role's image edit is an outage of about one Pod create -> Ready: the old Pod is deleted at",
+        "the edit; it serves on through its preStop pause (kube-proxy falls back to a terminating endpoint",
+        "while none is ready: see `failed_at_s_after_edit` in the JSON), then the client is refused until the",
+        "replacement, created only once the old Pod is gone, is Ready. Documented (\"No surge\"); for a real",
+        "engine it lasts as long as the weights take to load.",
         "",
-        "**2 replicas**: the availability gate turns one over only while the other is Ready, so what a client",
-        "loses is the window between the old Pod's SIGTERM (the engine stops accepting, as vLLM's uvicorn does)",
-        "and kube-proxy withdrawing its endpoint: refused connections, or a connect that hangs on the departed",
-        "address (no route to host / timed out). The render gives the engine no `lifecycle.preStop` delay; a",
-        "sleep of a few seconds there (longer than the endpoint withdrawal) would keep the old Pod serving",
-        "until no new connection is sent to it. A connect that timed out held the (sequential) client for its",
-        "5 s timeout, so for those `failed x interval` undercounts what one client waited.",
+        "**2 replicas**: the availability gate turns one over only while the other is Ready; what a client",
+        "can lose is the window between the old Pod's SIGTERM (the engine stops accepting, as vLLM's uvicorn",
+        "does) and kube-proxy withdrawing its endpoint. The engine container's preStop pause",
+        f"({results.get('pre_stop_seconds', '?')} s, `vocab.ENGINE_PRE_STOP_SECONDS`) keeps the old Pod serving",
+        "through that window. A connect that timed out held the (sequential) client for its 5 s timeout, so",
+        "for those `failed x interval` undercounts what one client waited.",
         "",
     ]
     return "\n".join(lines)
