@@ -109,7 +109,8 @@ def annotation_refusals(meta: dict[str, Any]) -> list[Refusal]:
         if problem is not None:
             out.append(Refusal(f"metadata.annotations.{key}", f"the annotation key {_shown(str(key))} {problem}",
                                f"rename the key: an annotation key is {QUALIFIED_RULE}"))
-    total = sum(len(str(k).encode()) + len(v.encode()) for k, v in entries.items() if isinstance(v, str))
+    total = sum(len(str(k).encode("utf-8", "surrogatepass")) + len(v.encode("utf-8", "surrogatepass"))
+                for k, v in entries.items() if isinstance(v, str))
     if total > ANNOTATIONS_MAX_BYTES:
         out.append(Refusal("metadata.annotations", f"the annotations hold {total:,} bytes of keys and values, over "
                            f"the {ANNOTATIONS_MAX_BYTES:,} (256 KiB) the API server takes",

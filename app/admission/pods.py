@@ -31,7 +31,9 @@ ENV_NAME_RULE = "a non-empty string of printable ASCII characters other than '='
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    """Bytes as stored. A lone surrogate (which no API server sends: Go's decoder writes U+FFFD in
+    its place) counts as three bytes, as that replacement does, rather than failing the review."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def env_name_problem(name: str) -> str | None:
@@ -58,7 +60,7 @@ def env_names(subject: Subject) -> list[Refusal]:
 
 
 def _string_problem(text: str, what: str) -> str | None:
-    size = len(text.encode()) + 1
+    size = len(text.encode("utf-8", "surrogatepass")) + 1
     if size > MAX_ARG_BYTES:
         return (f"{what} is {size - 1:,} bytes, above the {MAX_ARG_BYTES // 1024} KiB the kernel takes in one argument "
                 "or variable (MAX_ARG_STRLEN): the container can never start")
