@@ -1,4 +1,5 @@
-"""bench/real-node: what the Pods we render cost on a real node (issue 31, item 5).
+"""bench/real-node: what the Pods we render cost on a real node (Pod create to Ready, and a
+turnover as a client sees it).
 
     .venv/bin/python -m bench.real_node [--pods 5] [--turnovers 3] [--rate 20] [--out bench]
 
@@ -184,7 +185,7 @@ def report(results: dict[str, Any], note: str = "") -> str:
     lines = [
         "# The real node: Pod create -> Ready, and a turnover's downtime as a client sees it",
         "",
-        "`.venv/bin/python -m bench.real_node` (bench/real_node.py; issue 31, item 5). A control plane of its",
+        "`.venv/bin/python -m bench.real_node` (bench/real_node.py). A control plane of its",
         "own with the e2e real node (kubelet + containerd + CNI + kube-proxy + CoreDNS), the operator, the real",
         "Metacontroller and Kueue (joint AdmissionCheck on the real pool), the stub engine images.",
         "",

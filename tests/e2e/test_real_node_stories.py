@@ -1,4 +1,4 @@
-"""The Pods the operator renders, run for real (issue 31, item 3): the real node of the harness
+"""The Pods the operator renders, run for real: the real node of the harness
 (kubelet + containerd + CNI + kube-proxy + CoreDNS in a network namespace), the stub engine images
 under the names our render produces, the real Metacontroller calling our hooks and real Kueue
 admitting every replica through our joint AdmissionCheck (the real pool's ClusterQueue carries it,
