@@ -209,6 +209,27 @@ def endpoint_base(op: Operator, node: e2e_realnode.RealNode, md: dict[str, Any])
     return f"http://{cluster_ip}:{url.port}"
 
 
+def wait_routed(op: Operator, node: e2e_realnode.RealNode, service: str, pod_ip: str, base: str) -> None:
+    """Until `service` routes to the Pod at `pod_ip` from the node: its EndpointSlice lists the Pod
+    Ready (the EndpointSlice controller follows the Pod's Ready condition), then kube-proxy has
+    written the rule (until it has, a ClusterIP without endpoints answers "No route to host"). What
+    any client sees in the seconds after a Pod turns Ready; bounded by both controllers' periods."""
+    def listed() -> bool:
+        slices = op.get("endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={service}")
+        return any(pod_ip in e["addresses"] and (e.get("conditions") or {}).get("ready")
+                   for s in slices["items"] for e in s.get("endpoints") or [])
+
+    op.wait(f"Service {service} to list {pod_ip} Ready", listed, 60)
+
+    def connects() -> bool:
+        try:
+            return request(node, f"{base}/health")["status"] == 200
+        except RuntimeError:  # no rule yet in the node's kube-proxy
+            return False
+
+    op.wait(f"kube-proxy to route {base} to {pod_ip}", connects, 30)
+
+
 def service_base(op: Operator, service: str) -> str:
     svc = op.get("service", service, "-n", NAMESPACE)
     return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
@@ -345,7 +366,9 @@ def test_a_server_role_serves_chat_through_its_service_and_status_endpoint(
     assert pod["spec"]["containers"][0]["image"] == "gpustack/runner:cuda12.9-vllm0.33.0"
     assert md["status"]["endpoint"] == f"http://{names.role_service('chat', 'server')}.{NAMESPACE}.svc:8000"
 
-    for base in (endpoint_base(op, real_node, md), service_base(op, names.role_service("chat", "server"))):
+    service = names.role_service("chat", "server")
+    wait_routed(op, real_node, service, pod["status"]["podIP"], service_base(op, service))
+    for base in (endpoint_base(op, real_node, md), service_base(op, service)):
         plain = chat(real_node, base)
         assert plain["status"] == 200, plain
         assert plain["headers"]["X-Stub-Pod"] == pod["metadata"]["name"]
