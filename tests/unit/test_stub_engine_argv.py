@@ -44,7 +44,8 @@ PROGRAMS = ("vllm", "sglang", "python3", "python", "envoy", "epp", "pd-sidecar",
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """build.sh's output directory; a bin/ of program names linked to the stub, as in the images."""
     if shutil.which("go") is None:
-        pytest.skip("go is not installed: the stub engine (tests/e2e/stub) cannot be built")
+        pytest.fail("go is not installed: the stub engine (tests/e2e/stub) cannot be built; install Go, as "
+                    "tests/e2e/components/build.sh needs it too", pytrace=False)
     out = tmp_path_factory.mktemp("stub")
     subprocess.run([str(STUB / "build.sh"), str(out)], check=True, timeout=900)
     bin_dir = out / "bin"
