@@ -113,6 +113,13 @@ def test_an_api_server_gone_mid_pass_answers_503_not_an_internal_error(client, m
     assert 'modeldeployment_hook_errors_total{hook="sync",kind="api_unavailable"}' in metrics
 
 
+def after_answer_errors(client) -> float:
+    """modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"}, 0 before the first."""
+    prefix = 'modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"} '
+    lines = [line for line in client.get("/metrics").text.splitlines() if line.startswith(prefix)]
+    return float(lines[0][len(prefix):]) if lines else 0.0
+
+
 def test_an_unfinished_teardown_answers_first_and_its_deletes_follow(client, monkeypatch):
     """docs/metacontroller.md#finalize: a finalize answering `finalized: false` stands whatever its
     Workload deletes do, so it is given before them; a delete that then fails is counted, and the
@@ -136,15 +143,15 @@ def test_an_unfinished_teardown_answers_first_and_its_deletes_follow(client, mon
 
     executor = client.app.state.service.executor
     monkeypatch.setattr(executor, "run", api_server_gone)
+    errors_before = after_answer_errors(client)
     response = client.post("/hooks/finalize", json=request(md, children=observed, extra_related=[standing],
                                                           finalizing=True))
     assert response.status_code == 200, response.text
     assert response.json()["finalized"] is False and response.json()["children"] == []
-    counted = 'modeldeployment_hook_errors_total{hook="finalize",kind="after_answer"} 1.0'
+    # The counter is process-wide (another test may have counted before): wait for it to grow by one.
     # The deletes run on the service's loop after the answer: each request below gives it a turn.
-    # Bounded generously (a loaded machine), and ended by the product's progress, not by time.
     deadline = time.monotonic() + 30
-    while counted not in client.get("/metrics").text:
+    while after_answer_errors(client) < errors_before + 1:
         assert time.monotonic() < deadline, "the deletes after the answer never ran"
         time.sleep(0.05)
     assert {type(i).__name__ for i in carried[0]} == {"DeleteWorkload"}
