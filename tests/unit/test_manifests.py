@@ -10,6 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app import vocab
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -65,7 +67,10 @@ def test_every_parent_gets_a_pass_each_minute_and_our_status_writes_start_none()
     failed syncs; a status-only update of a ModelDeployment is not a reason for a pass."""
     controllers = {o["metadata"]["name"]: o["spec"] for o in kustomize("manifests") if o["kind"] == "CompositeController"}
     assert {name: spec["resyncPeriodSeconds"] for name, spec in controllers.items()} == {
-        "modeldeployment": 60, "modeldeploymentscaler": 60}
+        "modeldeployment": vocab.RESYNC_PERIOD_SECONDS, "modeldeploymentscaler": vocab.RESYNC_PERIOD_SECONDS}
+    # The chart's copies too: the service expires a deployment's metrics by this period (docs/operations.md#metrics).
+    chart = (ROOT / "charts" / "modeldeployment" / "templates" / "compositecontroller.yaml").read_text()
+    assert chart.count("resyncPeriodSeconds:") == chart.count(f"resyncPeriodSeconds: {vocab.RESYNC_PERIOD_SECONDS}\n") == 2
     assert controllers["modeldeployment"]["parentResource"]["ignoreStatusChanges"] is True
     # The scaler's hook compares the replicas its last status wrote with what the deployment declares
     # (control/scaler.py, conflict); its passes are few, so its controller keeps the status echo.
