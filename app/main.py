@@ -81,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            # The listeners have stopped: what runs after a hook's answer finishes, within the grace period.
+            await state.executor.drain(settings.shutdown_drain_seconds)
             if state.kube is not None:
                 await state.kube.close()
 
