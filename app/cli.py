@@ -126,7 +126,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     """The sync hook's answer for each deployment of the file, once the cluster would admit every
     object of it: one refusal anywhere and nothing is printed on stdout (a pipe into `kubectl apply`
     must not apply half a file)."""
-    from app.admission.review import judge_documents, no_objects
+    from app.admission.offline import judge_documents, no_objects
 
     options = settings()
     objects = files.read_objects(args.world, "--world") if args.world else []
@@ -287,7 +287,7 @@ def cmd_activator(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from app.admission.review import validate_offline
+    from app.admission.offline import validate_offline
 
     return validate_offline(args.file, args.world, args.old)
 

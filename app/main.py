@@ -22,6 +22,7 @@ from app.kube.scaler_executor import ScalerExecutor
 from app.settings import Settings
 from app.web import hooks, scaler_hooks, webhooks
 from app.web.guard import BodyLimit
+from app.web.metrics import expire as expire_deployment_series
 from app.web.state import ServiceState
 from app.world import DirectoryWorld
 
@@ -80,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            # The listeners have stopped: what runs after a hook's answer finishes, within the grace period.
+            await state.executor.drain(settings.shutdown_drain_seconds)
             if state.kube is not None:
                 await state.kube.close()
 
@@ -106,6 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        # A deployment this replica no longer syncs shows nothing stale, even when no pass comes here.
+        expire_deployment_series()
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app

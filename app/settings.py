@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = None
     gang_release_after_seconds: float = 600.0
     admission_check_keeper_seconds: float = 60.0
+    # How long a stopping service waits for the teardowns it carries out after a finalize's answer
+    # (docs/metacontroller.md#finalize), after the requests in flight (Metacontroller's hook timeout,
+    # 10 s): inside the Pod's termination grace period (30 s, docs/operations.md#settings-environment-of-the-service).
+    shutdown_drain_seconds: float = Field(default=10.0, ge=0)
     # The namespace of the activator's Service (docs/scale-to-zero.md#the-endpoint-switch): the
     # operator's own; the manifests and the chart pass it from the Pod's namespace.
     activator_namespace: str = "gpustack-system"

@@ -419,6 +419,10 @@ EVENT_REPLICAS_CONFLICT = "ReplicasConflict"
 # webhook client, Metacontroller's hook client) drops an idle connection itself: a server closing first
 # races the client's next request on that connection, which a POST sees as EOF (docs/operations.md#security).
 SERVER_KEEP_ALIVE_SECONDS = 120
+# The CompositeControllers' resyncPeriodSeconds (manifests/metacontroller, the chart): every parent
+# gets a pass at least this often, from one replica of the service or the other
+# (docs/metacontroller.md#what-starts-a-pass); the per-deployment metrics expire by it.
+RESYNC_PERIOD_SECONDS = 60
 
 # --- Parking and waking: scale to zero, wake on request (docs/scale-to-zero.md) -------------------
 

@@ -44,19 +44,12 @@ import md_operator  # noqa: E402
 
 from bench import lws  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
+from bench.e2e_scale_pool import (CPU_PER_NODE, GPUS_PER_NODE, MEMORY_PER_NODE_GI, PODS_PER_NODE,  # noqa: E402
+                                  pool_nodes)
 
 NAMESPACE = md_operator.NAMESPACE
 INSTANCE_TYPE = "bench-scale-a10g-linux-amd64"
 QUEUE = "bench-scale"
-# A dedicated pool of kwok nodes with room for every Pod of the largest N plus the replacements of
-# a rollout (a quarter more): 16 nodes (~1,250 one-card Pods) up to N = 100, more beyond. Kueue's
-# quota is the pool's total (a pool sized for N = 100 left N = 200's apply queued at 1,345 of 2,000).
-MIN_NODES = 16
-PODS_PER_DEPLOYMENT = 10
-GPUS_PER_NODE = 80
-CPU_PER_NODE = 800
-MEMORY_PER_NODE_GI = 4096
-PODS_PER_NODE = 110
 EDIT_IMAGE = "vllm/vllm-openai:v0.29.0-bench-edit"
 EDIT_IMAGE_SGLANG = "lmsysorg/sglang:v0.5.18-bench-edit"
 HOOKS = ("customize", "sync", "finalize")
@@ -76,12 +69,6 @@ def log(line: str) -> None:
 
 
 # --- the world and the deployments ----------------------------------------------------------------
-
-def pool_nodes(largest: int) -> int:
-    """Nodes enough for `largest` deployments' Pods and a rollout's replacements, on cards and Pods."""
-    wanted = largest * PODS_PER_DEPLOYMENT * 5 // 4
-    return max(MIN_NODES, -(-wanted // min(GPUS_PER_NODE, PODS_PER_NODE)))
-
 
 def instance_type(nodes: int) -> dict[str, Any]:
     docs = yaml.safe_load_all((ROOT / "examples" / "world" / "instancetypes.yaml").read_text())

@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bench.e2e_scale_pool import pool_nodes
+
 # The goals against the baseline hook and against LeaderWorkerSet, judged at N = GOAL_N (or the
 # largest N run with both when the run has no N = GOAL_N) (bench/README.md, e2e-scale).
 GOAL_N = 100
@@ -207,8 +209,6 @@ def profile_section(results: dict[str, Any]) -> list[str]:
 
 
 def _pool_nodes(sizes: list[int]) -> int:
-    from bench.e2e_scale import pool_nodes
-
     return pool_nodes(max(sizes)) if sizes else 0
 
 

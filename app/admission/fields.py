@@ -465,15 +465,6 @@ def type_refusals(raw: KubeObject, kind: str = vocab.KIND_MODEL_DEPLOYMENT) -> l
     return out
 
 
-def api_server_refusals(raw: KubeObject, kind: str = vocab.KIND_MODEL_DEPLOYMENT) -> list[Refusal]:
-    """Everything the API server refuses before a webhook runs, in its order: apiVersion and kind,
-    unknown fields (strict), metadata, then the spec's values against the CRD schema."""
-    from app.admission.objectmeta import metadata_refusals  # it reads this module's value helpers
-
-    return (type_refusals(raw, kind) + unknown_fields(raw, kind) + metadata_refusals(raw, kind)
-            + value_refusals(raw, kind))
-
-
 def _rename(value: Any, schema: dict[str, Any]) -> None:
     if schema.get("x-kubernetes-preserve-unknown-fields"):
         return

@@ -14,55 +14,7 @@ from pydantic import BaseModel
 from app import vocab
 from app.api import cluster, scaler, v1
 from app.api.objects import KubeObject
-
-# Defaults that carry no information would be written into every stored object; keep scalars only.
-_DROPPED_KEYS = {"title"}
-
-
-def structural(model: type[BaseModel]) -> dict[str, Any]:
-    """The structural OpenAPI schema of a model, with every `$ref` inlined."""
-    raw = model.model_json_schema(by_alias=True, mode="validation")
-    defs = raw.pop("$defs", {})
-    schema: dict[str, Any] = _clean(raw, defs)
-    return schema
-
-
-def _clean(node: Any, defs: dict[str, Any]) -> Any:
-    if isinstance(node, list):
-        return [_clean(item, defs) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        target = defs[node["$ref"].split("/")[-1]]
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _clean(merged, defs)
-    any_of = node.get("anyOf")
-    if any_of and any(branch.get("type") == "null" for branch in any_of):
-        rest = [branch for branch in any_of if branch.get("type") != "null"]
-        merged = {k: v for k, v in node.items() if k != "anyOf"}
-        if len(rest) == 1:
-            merged = {**rest[0], **merged}
-        else:
-            merged["anyOf"] = rest
-        return _clean(merged, defs)
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _DROPPED_KEYS:
-            continue
-        if key == "default" and (value is None or value == [] or value == {}):
-            continue
-        if key == "const":
-            out["enum"] = [value]
-            if "type" not in node:
-                out["type"] = "string" if isinstance(value, str) else "integer"
-            continue
-        if key == "properties":
-            out[key] = {name: _clean(prop, defs) for name, prop in value.items()}
-            continue
-        out[key] = _clean(value, defs)
-    if "enum" in out and "type" not in out:
-        out["type"] = "string"
-    return out
+from app.api.schema import structural
 
 
 def _preserving(schema: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import orjson
 from pydantic import ValidationError
 
 from app import quantity, vocab
+from app.api.schema import structural
+from app.api.v1 import ModelDeploymentSpec
 
 REMEDY = "send a Metacontroller v2 hook request for a stored ModelDeployment (docs/metacontroller.md#trust)"
 
@@ -197,9 +199,7 @@ def declared_child_maps(body: dict[str, Any]) -> None:
 @lru_cache(maxsize=1)
 def _quantity_paths() -> tuple[tuple[str, ...], ...]:
     """Every int-or-string (quantity) field of the ModelDeployment spec, `*` for a list's items."""
-    from app.api.crd import model_deployment_crd
-
-    spec = model_deployment_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec = structural(ModelDeploymentSpec)
     found: list[tuple[str, ...]] = []
 
     def walk(schema: dict[str, Any], path: tuple[str, ...]) -> None:

@@ -19,7 +19,9 @@ not is dropped and logged.
 A teardown that has not finished (a finalize pass answering `finalized: false`) is carried out
 after its answer (`run_after_answer`): that answer stands whatever the deletes do, the pass
 that comes next (a child or Workload going, or `resyncAfterSeconds`) decides again, and
-Metacontroller starts deleting the Pods meanwhile (docs/metacontroller.md#finalize).
+Metacontroller starts deleting the Pods meanwhile (docs/metacontroller.md#finalize). A stopping
+service waits for that work within its grace period (`drain`). A finalize pass whose parent is gone
+already (404: a finalize on this replica or the other finished the teardown) is done, not failed.
 
 Writes the executor made and the next request cannot show yet (its copy lags the API server) are
 not repeated: a Workload UID it deleted, a check state it wrote against the same resourceVersion,
@@ -151,6 +153,15 @@ def matching(live: KubeObject | None, parent: ParentRef) -> KubeObject:
     return live
 
 
+def gone_already(parent: ParentRef, exc: ParentMismatch) -> bool:
+    """A finalize pass whose parent no longer exists (404): its teardown is done, not failed.
+
+    Its finalizer went only once a finalize answered `finalized: true` (no Pod and no Workload
+    left), on this replica or the other, and what the garbage collector removes after it serves
+    nothing (docs/metacontroller.md#finalize). Nothing is written either way."""
+    return parent.finalizing and exc.status_code == 404
+
+
 async def confirm_parent(kube: Kube, parent: ParentRef) -> KubeObject:
     """The live ModelDeployment, or ParentMismatch when it is not the one the request names."""
     return matching(await kube.model_deployment(parent.namespace, parent.name), parent)
@@ -267,6 +278,8 @@ class Executor:
         self.events: Recent[tuple[str, str], bool] = Recent(RECENT_WRITES, RECENT_WRITE_SECONDS, clock)
         # (namespace, name) -> the last pass's intents still being carried out after its answer.
         self.after_answer: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Every such task still running (a later pass's waits on the earlier one's): what a shutdown drains.
+        self.after_answer_running: set[asyncio.Task[None]] = set()
 
     def run_after_answer(self, parent: ParentRef, intents: Iterable[Intent],
                          failed: Callable[[BaseException], None] = lambda exc: None) -> None:
@@ -292,12 +305,32 @@ class Executor:
 
         task = asyncio.get_running_loop().create_task(carry_out())
         self.after_answer[key] = task
+        self.after_answer_running.add(task)
 
         def forget(done: asyncio.Task[None]) -> None:
+            self.after_answer_running.discard(done)
             if self.after_answer.get(key) is done:
                 del self.after_answer[key]
 
         task.add_done_callback(forget)
+
+    async def drain(self, seconds: float) -> int:
+        """The service is stopping: waits up to `seconds` for the work carried out after answers
+        (docs/metacontroller.md#finalize), then cancels what is left. Returns how many tasks it cut
+        short: their deletes are planned again by the next pass, on whichever replica gets it."""
+        running = set(self.after_answer_running)
+        if not running:
+            return 0
+        log.info("stopping: waiting up to %gs for %d teardown(s) carried out after their answers", seconds,
+                 len(running))
+        _done, left = await asyncio.wait(running, timeout=seconds)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+            log.warning("stopping: %d teardown(s) carried out after their answers did not finish within %gs and "
+                        "were cut short (the next pass plans them again)", len(left), seconds)
+        return len(left)
 
     async def run(self, parent: ParentRef, intents: Iterable[Intent]) -> None:
         intents = list(intents)
@@ -311,7 +344,14 @@ class Executor:
             for intent in intents:
                 log.info("no API server: skipped %s", intent)
             return
-        groups = await self._groups(parent, intents)
+        try:
+            groups = await self._groups(parent, intents)
+        except ParentMismatch as exc:
+            if not gone_already(parent, exc):
+                raise
+            log.info("%s/%s is gone already (another pass finished its teardown): nothing left to carry out",
+                     parent.namespace, parent.name)
+            return
         allowed = []
         for intent in intents:
             problem = foreign(intent, parent, groups)

@@ -3,13 +3,17 @@
 The per-deployment series come from the sync hook's own answer (`observe_sync`), so they say what
 this replica of the service last told Metacontroller. With several replicas, each reports the
 deployments it synced; `modeldeployment_last_sync_timestamp_seconds` tells which replica's series
-are the freshest (the Grafana dashboard keeps only those; docs/operations.md).
+are the freshest (the Grafana dashboard keeps only those; docs/operations.md#metrics). A finalize
+answered here removes the deployment's gauges at once but keeps its last-sync time, so the other
+replica's older series are not the freshest; every series of a deployment this replica has not
+synced for `SERIES_EXPIRE_SECONDS` goes (`expire`, on every pass and every scrape).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -65,23 +69,72 @@ JOINT_RELEASES = Counter(
 
 # The role series each deployment has, to remove them when it goes (or a role does).
 _roles: dict[tuple[str, str], set[str]] = {}
-# Deployments with series, least recently synced first. The hooks port answers anyone who can reach
-# it, and a pass that writes nothing confirms nothing with the API server, so a flood of made-up
-# parents must not grow the registry without bound: past the cap the stalest deployment's series go.
+# The hooks port answers anyone who can reach it, and a pass that writes nothing confirms nothing
+# with the API server, so a flood of made-up parents must not grow the registry without bound: past
+# the cap the stalest deployment's series go.
 MAX_TRACKED_DEPLOYMENTS = 10_000
-_tracked: OrderedDict[tuple[str, str], None] = OrderedDict()
+# A deployment this replica has not synced for this long has its series removed: every parent gets
+# a pass each resync period from one replica or the other, so a live deployment keeps fresh series
+# on at least one, and a deployment finalized (or taken over) by the other replica stops showing
+# here within this bound (docs/operations.md#metrics).
+SERIES_EXPIRE_SECONDS = 3.0 * vocab.RESYNC_PERIOD_SECONDS
+
+
+class Tracked:
+    """The deployments with series on this replica, least recently synced first, each with when
+    (on `clock`) this replica last synced it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, cap: int = MAX_TRACKED_DEPLOYMENTS,
+                 expire_after: float = SERIES_EXPIRE_SECONDS) -> None:
+        self.clock = clock
+        self.cap = cap
+        self.expire_after = expire_after
+        self.synced: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def seen(self, key: tuple[str, str]) -> list[tuple[str, str]]:
+        """Records a pass of `key`; the deployments whose series must go: expired, or past the cap."""
+        self.synced[key] = self.clock()
+        self.synced.move_to_end(key)
+        gone = self.expired()
+        while len(self.synced) > self.cap:
+            gone.append(self.synced.popitem(last=False)[0])
+        return gone
+
+    def expired(self) -> list[tuple[str, str]]:
+        """Drops and returns the deployments not synced for `expire_after` (oldest first)."""
+        gone = []
+        cutoff = self.clock() - self.expire_after
+        while self.synced:
+            key, at = next(iter(self.synced.items()))
+            if at > cutoff:
+                break
+            del self.synced[key]
+            gone.append(key)
+        return gone
+
+
+TRACKED = Tracked()
 
 
 def _track(namespace: str, name: str) -> None:
-    _tracked[(namespace, name)] = None
-    _tracked.move_to_end((namespace, name))
-    while len(_tracked) > MAX_TRACKED_DEPLOYMENTS:
-        stale_namespace, stale_name = _tracked.popitem(last=False)[0]
-        forget(stale_namespace, stale_name)
-        for metric in (ADMISSION_WAIT, JOINT_RELEASES):
-            _remove(metric, stale_namespace, stale_name)
-        for reason in ("retryable", "spec"):
-            _remove(RENDER_FAILURES, stale_namespace, stale_name, reason)
+    for stale in TRACKED.seen((namespace, name)):
+        _drop(*stale)
+
+
+def expire() -> None:
+    """Removes every series of each deployment this replica has not synced for SERIES_EXPIRE_SECONDS."""
+    for stale in TRACKED.expired():
+        _drop(*stale)
+
+
+def _drop(namespace: str, name: str) -> None:
+    """Every series of a deployment: its gauges, counters and histograms."""
+    forget(namespace, name)
+    _remove(LAST_SYNC, namespace, name)
+    for metric in (ADMISSION_WAIT, JOINT_RELEASES):
+        _remove(metric, namespace, name)
+    for reason in ("retryable", "spec"):
+        _remove(RENDER_FAILURES, namespace, name, reason)
 
 
 def _key(parent: KubeObject) -> tuple[str, str]:
@@ -93,11 +146,13 @@ def observe_sync(parent: KubeObject, status: KubeObject, intents: list[Intent], 
                  now: str) -> None:
     """Records one answered sync (or finalize) pass of a deployment."""
     namespace, name = _key(parent)
-    if finalized:
-        forget(namespace, name)
-        _tracked.pop((namespace, name), None)
-        return
     _track(namespace, name)
+    if finalized:
+        # Its gauges go; its last sync stays (until it expires), so the dashboard's freshest-replica
+        # filter hides the other replica's older series at once (docs/operations.md#metrics).
+        forget(namespace, name)
+        LAST_SYNC.labels(namespace, name).set(timestamps.epoch_seconds(now))
+        return
     phase = status.get("phase")
     for each in PHASES:
         PHASE.labels(namespace, name, each).set(1 if each == phase else 0)
@@ -130,14 +185,14 @@ def observe_render_failure(parent: KubeObject, retryable: bool) -> None:
 
 
 def forget(namespace: str, name: str) -> None:
-    """A deployment that finalized: its gauges go (counters and histograms stay, as totals do)."""
+    """A deployment that finalized: its state gauges go (its last sync, counters and histograms stay,
+    as totals do, until they expire)."""
     for each in PHASES:
         _remove(PHASE, namespace, name, each)
     for role in _roles.pop((namespace, name), set()):
         for kind in REPLICA_KINDS:
             _remove(ROLE_REPLICAS, namespace, name, role, kind)
     _remove(ROLLOUT_IN_PROGRESS, namespace, name)
-    _remove(LAST_SYNC, namespace, name)
 
 
 def _remove(metric: Any, *labels: str) -> None:

@@ -162,6 +162,50 @@ def test_an_unfinished_teardown_answers_first_and_its_deletes_follow(client, mon
     assert finished.status_code == 200 and finished.json()["finalized"] is True
 
 
+def test_a_stopping_service_finishes_the_deletes_it_carries_out_after_an_answer(monkeypatch):
+    """docs/metacontroller.md#finalize: the lifespan's shutdown (the listeners stopped) waits for an
+    unfinished teardown's deletes, within MODELDEPLOYMENT_SHUTDOWN_DRAIN_SECONDS. The deletes below
+    can finish only once that wait has begun, so they are carried out only if it waits for them."""
+    import asyncio
+
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.render import names
+    from app.settings import Settings
+    from tests.conftest import EXAMPLES
+    from tests.helpers import pods, running, sync, workload
+
+    md = parent("qwen-chat")
+    md["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(sync(md)))]
+    standing = workload("team-a", names.pod_group("team-a", "qwen-chat", "server", 0))
+    standing["metadata"]["uid"] = "wl-0"
+    draining: list[float] = []
+    carried: list[str] = []
+
+    with TestClient(create_app(Settings(world_dir=EXAMPLES / "world", kube="off"))) as client:
+        executor = client.app.state.service.executor
+        drain = executor.drain
+
+        async def drain_seen(seconds: float) -> int:
+            draining.append(seconds)
+            return await drain(seconds)
+
+        async def deletes_that_outlast_the_answer(parent_ref, intents):
+            while not draining:
+                await asyncio.sleep(0.01)
+            carried.extend(getattr(i, "uid", "") for i in intents)
+
+        monkeypatch.setattr(executor, "drain", drain_seen)
+        monkeypatch.setattr(executor, "run", deletes_that_outlast_the_answer)
+        response = client.post("/hooks/finalize", json=request(md, children=observed, extra_related=[standing],
+                                                              finalizing=True))
+        assert response.status_code == 200 and response.json()["finalized"] is False
+    assert draining == [Settings().shutdown_drain_seconds]
+    assert "wl-0" in carried
+
+
 def test_api_unavailable_is_the_api_servers_absence_only():
     import httpx2
     from lightkube.core.exceptions import ApiError

@@ -4,7 +4,7 @@ For every example and every case of the admission tables (tests/unit/test_admiss
 refused and accepted, creates and updates) and the strict-field cases of
 tests/unit/test_validate_offline.py, the same object is judged twice:
 
-- offline, by `app.admission.review.offline_verdict` against the same world;
+- offline, by `app.admission.offline.offline_verdict` against the same world;
 - on the cluster, by `kubectl create --dry-run=server` (a create) or, for an update, by creating
   the stored object and `kubectl replace --dry-run=server` of the new one (kubectl's default
   strict field validation, the CRD schema with its CEL rules, the mutating and validating webhooks).
@@ -33,7 +33,7 @@ import cluster as e2e_cluster
 from md_operator import NAMESPACE, REPO, Operator, start_operator
 
 from app import vocab
-from app.admission.review import offline_verdict
+from app.admission.offline import offline_verdict
 from app.world import World, load_yaml_objects
 from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, _extra_world, server
 from tests.unit.test_cli import BROKEN, BROKEN_FILES
@@ -260,7 +260,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from app.admission import objectmeta  # noqa: E402
-from app.admission.review import scaler_verdict  # noqa: E402
+from app.admission.offline import scaler_verdict  # noqa: E402
 
 LABEL_CHARS = "abcXYZ019-_./ é"
 KEYS = st.one_of(

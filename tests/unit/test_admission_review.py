@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission import review
+from app.admission import offline, review
 from app.admission.mutate import accelerator_defaults, apply_patch, roles_to_default
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
@@ -276,7 +276,7 @@ def _cli(tmp_path: Path, obj: dict[str, Any], old: dict[str, Any] | None = None,
         old_file = tmp_path / "old.yaml"
         old_file.write_text(yaml.safe_dump(old))
     out, err = io.StringIO(), io.StringIO()
-    code = review.validate_offline(file, world, old_file, kv_cache_dtype_owned=True, out=out, err=err)
+    code = offline.validate_offline(file, world, old_file, kv_cache_dtype_owned=True, out=out, err=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -322,7 +322,7 @@ def test_cli_rejects_a_file_without_deployments(tmp_path: Path) -> None:
     file = tmp_path / "empty.yaml"
     file.write_text("kind: ConfigMap\n")
     err = io.StringIO()
-    assert review.validate_offline(file, None, None, kv_cache_dtype_owned=True, out=io.StringIO(), err=err) == 2
+    assert offline.validate_offline(file, None, None, kv_cache_dtype_owned=True, out=io.StringIO(), err=err) == 2
     assert "no ModelDeployment" in err.getvalue()
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from app import cli, yamlread
 from app.admission import files, objectmeta
-from app.admission.review import validate_offline
+from app.admission.offline import validate_offline
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -332,7 +332,7 @@ def _paths(node: object, at: tuple = ()) -> list[tuple]:
 def test_no_refusal_speaks_python(data: st.DataObject) -> None:
     import re
 
-    from app.admission.review import judge_documents
+    from app.admission.offline import judge_documents
     from app.world import World
 
     source = yaml.safe_load(data.draw(st.sampled_from([QWEN, PD, SCALER])))

@@ -357,13 +357,88 @@ def test_a_teardown_after_its_answer_runs_after_the_last_one_of_its_parent_and_n
         assert executor.after_answer == {}
         assert [c[-1] for c in kube.calls if c[0] == "delete_workload"] == ["wl-uid", "wl-2"]
 
+        taken = FakeKube(parent_uid="uid-2")  # the name holds another deployment now
+        executor = Executor(taken)
+        executor.run_after_answer(finalizing, [copy_delete()], failures.append)
+        await asyncio.wait(list(executor.after_answer.values()))
+        assert [c[0] for c in taken.calls] == ["get_parent"]
+
+    run(two_passes())
+    assert [(type(f).__name__, getattr(f, "status_code", None)) for f in failures] == [("ParentMismatch", 409)]
+
+
+def test_a_finalize_whose_parent_is_gone_already_is_done_not_failed():
+    """Two replicas: a finalize on the other one answered `finalized: true` and the parent went; this
+    replica's teardown of it (after its answer, or in a pass answered now) finds a 404. Nothing is
+    written and nothing fails (docs/metacontroller.md#finalize). A sync pass for a parent that does not
+    exist still answers 404: that request did not come from Metacontroller for a stored parent."""
+    finalizing = ParentRef("team-a", "qwen", "uid-1", finalizing=True)
+    failures: list[BaseException] = []
+
+    async def passes() -> None:
         gone = FakeKube(parent_uid=None)
         executor = Executor(gone)
         executor.run_after_answer(finalizing, [copy_delete()], failures.append)
         await asyncio.wait(list(executor.after_answer.values()))
+        await executor.run(finalizing, [copy_delete(uid="wl-2")])
+        assert gone.calls == [("get_parent", "team-a", "qwen")] * 2
+        with pytest.raises(ParentMismatch) as raised:
+            await executor.run(QWEN, [copy_delete(uid="wl-3")])
+        assert raised.value.status_code == 404
 
-    run(two_passes())
-    assert [type(f).__name__ for f in failures] == ["ParentMismatch"]
+    run(passes())
+    assert failures == []
+
+
+class SlowDeletes(FakeKube):
+    """A Workload delete that takes `seconds` (an API server under load)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.deleted: list[str] = []
+
+    async def delete_workload(self, namespace, name, uid):
+        await asyncio.sleep(self.seconds)
+        self.deleted.append(uid)
+        return True
+
+
+def test_a_stopping_service_waits_for_the_teardowns_after_their_answers():
+    """docs/metacontroller.md#finalize: drain waits for every task still carrying out a finalize's
+    deletes (the earlier of two chained passes too) and returns 0 when all finished."""
+    finalizing = ParentRef("team-a", "qwen", "uid-1", finalizing=True)
+    failures: list[BaseException] = []
+
+    async def stop() -> None:
+        kube = SlowDeletes(0.05)
+        executor = Executor(kube)
+        executor.run_after_answer(finalizing, [copy_delete()], failures.append)
+        executor.run_after_answer(finalizing, [copy_delete(uid="wl-2")], failures.append)
+        assert len(executor.after_answer_running) == 2
+        assert await executor.drain(60.0) == 0
+        assert kube.deleted == ["wl-uid", "wl-2"]
+        assert executor.after_answer == {} and executor.after_answer_running == set()
+        assert await executor.drain(60.0) == 0  # nothing left: returns at once
+
+    run(stop())
+    assert failures == []
+
+
+def test_a_teardown_that_outlasts_the_drain_bound_is_cut_short_not_counted():
+    finalizing = ParentRef("team-a", "qwen", "uid-1", finalizing=True)
+    failures: list[BaseException] = []
+
+    async def stop() -> None:
+        kube = SlowDeletes(3600.0)  # never finishes within the bound
+        executor = Executor(kube)
+        executor.run_after_answer(finalizing, [copy_delete()], failures.append)
+        await asyncio.sleep(0)  # the task starts its delete
+        assert await executor.drain(0.05) == 1
+        assert kube.deleted == [] and executor.after_answer_running == set()
+
+    run(stop())
+    assert failures == []
 
 
 def test_the_deadlock_release_is_a_merge_patch_held_to_the_copy_and_names_only_our_mark():

@@ -1,13 +1,16 @@
 """The package's layers (docs/architecture.md#layers): no module imports a module of a layer
-above its own. Read from the source with `ast`, so an import inside a function or under
-TYPE_CHECKING counts too."""
+above its own, and no modules import each other in a circle, within a layer too (app/ and bench/).
+Read from the source with `ast`, so an import inside a function or under TYPE_CHECKING counts too."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[2] / "app"
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "app"
+# The packages whose module graph must hold no circle.
+ACYCLIC = ("app", "bench")
 
 # Bottom first. A module belongs to the first entry naming it or a package above it; imports within
 # one layer are free, imports of a higher layer are not.
@@ -27,12 +30,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(APP.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(APP.rglob("*.py"))}
+def modules(*packages: str) -> dict[str, Path]:
+    """Module name -> file of every module of `packages` (app alone by default)."""
+    return {module_name(p): p for package in packages or ("app",) for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def layer_of(module: str) -> int | None:
@@ -42,19 +46,19 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The app modules `module` imports (`from app.render import names` is app.render.names)."""
+def imported(module: str, path: Path, known: dict[str, Path], roots: tuple[str, ...] = ("app",)) -> set[str]:
+    """The modules of `roots` that `module` imports (`from app.render import names` is app.render.names)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.split(".")[0] == "app")
+            out.update(a.name for a in node.names if a.name.split(".")[0] in roots)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            if base.split(".")[0] != "app":
+            if base.split(".")[0] not in roots:
                 continue
             for alias in node.names:
                 full = f"{base}.{alias.name}"
@@ -79,6 +83,63 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
             if target_rank is not None and target_rank > rank:
                 upward.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other in a circle (a strongly connected component of
+    more than one module, or a module importing itself), each sorted; Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of app/ and bench/ it imports (a package's own name stands for its
+    __init__; an edge to it counts like any other)."""
+    known = modules(*ACYCLIC)
+    return {module: imported(module, path, known, ACYCLIC) & set(known) for module, path in known.items()}
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    """A circle works only while every module of it is imported in one order; each piece two
+    modules share belongs in the module it is about, below both."""
+    found = circles(module_graph())
+    assert not found, "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_circles_of_any_length() -> None:
+    assert circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert circles({"a": {"a"}}) == [["a"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_the_model_reads_only_api_vocab_world_and_leaf_utilities() -> None:

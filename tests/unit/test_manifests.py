@@ -10,6 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app import vocab
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -65,7 +67,10 @@ def test_every_parent_gets_a_pass_each_minute_and_our_status_writes_start_none()
     failed syncs; a status-only update of a ModelDeployment is not a reason for a pass."""
     controllers = {o["metadata"]["name"]: o["spec"] for o in kustomize("manifests") if o["kind"] == "CompositeController"}
     assert {name: spec["resyncPeriodSeconds"] for name, spec in controllers.items()} == {
-        "modeldeployment": 60, "modeldeploymentscaler": 60}
+        "modeldeployment": vocab.RESYNC_PERIOD_SECONDS, "modeldeploymentscaler": vocab.RESYNC_PERIOD_SECONDS}
+    # The chart's copies too: the service expires a deployment's metrics by this period (docs/operations.md#metrics).
+    chart = (ROOT / "charts" / "modeldeployment" / "templates" / "compositecontroller.yaml").read_text()
+    assert chart.count("resyncPeriodSeconds:") == chart.count(f"resyncPeriodSeconds: {vocab.RESYNC_PERIOD_SECONDS}\n") == 2
     assert controllers["modeldeployment"]["parentResource"]["ignoreStatusChanges"] is True
     # The scaler's hook compares the replicas its last status wrote with what the deployment declares
     # (control/scaler.py, conflict); its passes are few, so its controller keeps the status echo.
@@ -75,3 +80,41 @@ def test_every_parent_gets_a_pass_each_minute_and_our_status_writes_start_none()
 def test_kueue_objects_render():
     kinds = {o["kind"] for o in kustomize("manifests/kueue")}
     assert {"AdmissionCheck", "ClusterQueue", "LocalQueue", "ResourceFlavor", "Topology"} <= kinds
+
+
+def _grace_seconds(template_text: str, values: dict) -> int:
+    """The operator Pod's terminationGracePeriodSeconds in a chart template: a number, a
+    `{{ .Values.<path> }}`, or Kubernetes' default (30 s) when the template sets none."""
+    import re
+
+    found = re.search(r"terminationGracePeriodSeconds:\s*(\S.*)", template_text)
+    if found is None:
+        return 30
+    value = found.group(1).strip()
+    reference = re.fullmatch(r"\{\{-?\s*\.Values\.([\w.]+)\s*-?\}\}", value)
+    if reference is None:
+        return int(value)
+    for key in reference.group(1).split("."):
+        values = values[key]
+    return int(values)
+
+
+def test_a_stopping_replica_finishes_inside_its_grace_period():
+    """docs/metacontroller.md#finalize: a stopping replica answers the hook requests in flight (at
+    most the hook timeout), then waits MODELDEPLOYMENT_SHUTDOWN_DRAIN_SECONDS for the teardowns it
+    carries out after answers; both fit the operator Pod's termination grace period, in the
+    manifests and in the chart."""
+    from app import durations
+    from app.settings import Settings
+
+    objects = kustomize("manifests")
+    controller = next(o for o in objects if o["kind"] == "CompositeController"
+                      and o["metadata"]["name"] == "modeldeployment")
+    hook_timeout = max(durations.seconds(h["webhook"]["timeout"]) for h in controller["spec"]["hooks"].values())
+    needed = hook_timeout + Settings().shutdown_drain_seconds
+    operator = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "modeldeployment-operator")
+    assert operator["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30) > needed
+    chart = ROOT / "charts" / "modeldeployment"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert _grace_seconds((chart / "templates" / "deployment.yaml").read_text(), values) > needed
+

@@ -160,16 +160,104 @@ def test_the_level_from_settings_silences_info():
 def test_made_up_parents_cannot_grow_the_metrics_without_bound(monkeypatch):
     """The hooks port answers anyone who can reach it: past the cap, the stalest deployment's
     series go (a flood of forged parents costs bounded memory)."""
-    from app.web import metrics as m
-
-    monkeypatch.setattr(m, "MAX_TRACKED_DEPLOYMENTS", 3)
-    monkeypatch.setattr(m, "_tracked", m.OrderedDict())
+    monkeypatch.setattr(metrics, "TRACKED", metrics.Tracked(cap=3))
     status = {"phase": "Ready", "roles": [{"name": "server", "desired": 1, "ready": 1, "quotaReserved": 1}]}
     for i in range(5):
-        m.observe_sync({"metadata": {"namespace": "flood", "name": f"fake-{i}"}}, status, [], None,
-                       "2026-11-30T00:00:00Z")
-    names = {s.labels["name"] for s in m.PHASE.collect()[0].samples if s.labels["namespace"] == "flood"}
+        metrics.observe_sync({"metadata": {"namespace": "flood", "name": f"fake-{i}"}}, status, [], None,
+                             "2026-11-30T00:00:00Z")
+    names = {s.labels["name"] for s in metrics.PHASE.collect()[0].samples if s.labels["namespace"] == "flood"}
     assert names == {"fake-2", "fake-3", "fake-4"}
-    assert list(m._tracked) == [("flood", "fake-2"), ("flood", "fake-3"), ("flood", "fake-4")]
-    for i in range(2, 5):  # leave the registry as it was
-        m.forget("flood", f"fake-{i}")
+    assert list(metrics.TRACKED.synced) == [("flood", "fake-2"), ("flood", "fake-3"), ("flood", "fake-4")]
+    assert sample("modeldeployment_last_sync_timestamp_seconds", namespace="flood", name="fake-0") is None
+    metrics.TRACKED.expire_after = 0.0  # leave the registry as it was
+    metrics.expire()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+READY = {"phase": vocab.PHASE_READY, "roles": [{"name": "server", "desired": 2, "ready": 2, "quotaReserved": 2}]}
+
+
+def _deployment_series(namespace: str, name: str) -> dict[str, float | None]:
+    return {
+        "phase": sample("modeldeployment_phase", namespace=namespace, name=name, phase=vocab.PHASE_READY),
+        "replicas": sample("modeldeployment_role_replicas", namespace=namespace, name=name, role="server",
+                           kind="desired"),
+        "rollout": sample("modeldeployment_rollout_in_progress", namespace=namespace, name=name),
+        "last_sync": sample("modeldeployment_last_sync_timestamp_seconds", namespace=namespace, name=name),
+        "render_failures": sample("modeldeployment_render_failures_total", namespace=namespace, name=name,
+                                  reason="spec"),
+    }
+
+
+def test_a_deployment_this_replica_no_longer_syncs_expires_after_a_few_resync_periods(monkeypatch):
+    """docs/operations.md#metrics: with two replicas, the other one may be the one syncing (or
+    finalizing) a deployment; the series here go once this replica has not synced it for
+    SERIES_EXPIRE_SECONDS, a few resync periods, and a deployment still synced keeps its own."""
+    clock = FakeClock()
+    monkeypatch.setattr(metrics, "TRACKED", metrics.Tracked(clock))
+    assert metrics.SERIES_EXPIRE_SECONDS == 3 * vocab.RESYNC_PERIOD_SECONDS
+    moved = {"metadata": {"namespace": "expiry", "name": "moved"}}
+    kept = {"metadata": {"namespace": "expiry", "name": "kept"}}
+    metrics.observe_render_failure(moved, retryable=False)
+    metrics.observe_sync(moved, READY, [], None, "2026-12-04T12:00:00Z")
+    metrics.observe_sync(kept, READY, [], None, "2026-12-04T12:00:00Z")
+    assert None not in _deployment_series("expiry", "moved").values()
+
+    for _ in range(3):  # kept: a pass each resync period; moved: none here
+        clock.now += vocab.RESYNC_PERIOD_SECONDS - 1
+        metrics.observe_sync(kept, READY, [], None, "2026-12-04T12:01:00Z")
+    metrics.expire()
+    assert None not in _deployment_series("expiry", "moved").values()  # 177 s: not yet
+    clock.now += 3
+    metrics.expire()
+    assert set(_deployment_series("expiry", "moved").values()) == {None}  # gone, counters too
+    kept_series = _deployment_series("expiry", "kept")
+    assert (kept_series["phase"], kept_series["replicas"], kept_series["rollout"]) == (1, 2, 0)
+    assert list(metrics.TRACKED.synced) == [("expiry", "kept")]
+    # Synced here again later: the series come back from that pass.
+    metrics.observe_sync(moved, READY, [], None, "2026-12-04T12:05:00Z")
+    assert _deployment_series("expiry", "moved")["phase"] == 1
+    clock.now += metrics.SERIES_EXPIRE_SECONDS
+    metrics.expire()
+    assert set(_deployment_series("expiry", "moved").values()) == set(_deployment_series("expiry", "kept").values()) \
+        == {None}
+
+
+def test_a_finalize_here_removes_the_gauges_at_once_and_keeps_the_last_sync_until_it_expires(monkeypatch):
+    """The dashboard keeps the series of the replica with the latest sync: the finalizing replica's
+    last sync is the latest, and it has no phase any more, so the deployment leaves the dashboard at
+    once, whatever older series the other replica still holds."""
+    clock = FakeClock()
+    monkeypatch.setattr(metrics, "TRACKED", metrics.Tracked(clock))
+    md = {"metadata": {"namespace": "expiry", "name": "finalized"}}
+    metrics.observe_render_failure(md, retryable=False)
+    metrics.observe_sync(md, READY, [], None, "2026-12-04T12:00:00Z")
+    clock.now += 10
+    metrics.observe_sync(md, {"phase": vocab.PHASE_DELETING}, [], True, "2026-12-04T12:00:10Z")
+    after = _deployment_series("expiry", "finalized")
+    assert (after["phase"], after["replicas"], after["rollout"]) == (None, None, None)
+    assert sample("modeldeployment_phase", namespace="expiry", name="finalized", phase=vocab.PHASE_DELETING) is None
+    assert after["last_sync"] == 1_796_385_610  # 2026-12-04T12:00:10Z
+    assert after["render_failures"] == 1  # a total: the last scrapes still see it
+    clock.now += metrics.SERIES_EXPIRE_SECONDS
+    metrics.expire()
+    assert set(_deployment_series("expiry", "finalized").values()) == {None}
+
+
+def test_a_scrape_expires_what_no_pass_here_renews(client, monkeypatch):
+    """A replica that gets no pass at all (Metacontroller's connections all went to the other) still
+    drops its stale series: every scrape of /metrics expires them first."""
+    clock = FakeClock()
+    monkeypatch.setattr(metrics, "TRACKED", metrics.Tracked(clock))
+    metrics.observe_sync({"metadata": {"namespace": "expiry", "name": "scraped"}}, READY, [], None,
+                         "2026-12-04T12:00:00Z")
+    assert 'name="scraped"' in client.get("/metrics").text
+    clock.now += metrics.SERIES_EXPIRE_SECONDS
+    assert 'name="scraped"' not in client.get("/metrics").text

@@ -403,7 +403,7 @@ def _validate(tmp_path, *docs: dict[str, Any]) -> tuple[int, str]:
 
     import yaml
 
-    from app.admission.review import validate_offline
+    from app.admission.offline import validate_offline
     from tests.conftest import EXAMPLES
 
     path = tmp_path / "file.yaml"

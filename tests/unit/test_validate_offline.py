@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from app.admission import fields
-from app.admission.review import offline_verdict, validate_offline
+from app.admission.offline import offline_verdict, validate_offline
 from app.admission.validate import validate
 from tests.unit.test_admission_rules import ACCEPTED, CASES, WORLD, run, server
 
