@@ -211,9 +211,17 @@ class Soak:
         self.watcher = Watcher(cp.http_client(timeout=10), self.ledger, shapes,
                                render_options=settings.render_options(),
                                webhook_url=f"https://127.0.0.1:{op.webhook_port}", webhook_verify=str(cp.ca_cert_path),
-                               operator_pid=lambda: cp.components["operator"].pid if cp.components["operator"].alive() else None,
-                               hooks_url=f"http://127.0.0.1:{op.hooks_port}", scalers=scalers,
+                               operators=self.operators, scalers=scalers,
                                nodes=set(self.node_manifests), pod_watch_client=cp.http_client())
+
+    def operators(self) -> list[tuple[int | None, str]]:
+        """Each operator replica: its pid while it runs, and its own hooks URL (not the front's)."""
+        out = []
+        for replica in self.op.replicas:
+            comp = self.cp.components.get(replica.name)
+            out.append((comp.pid if comp is not None and comp.alive() else None,
+                        f"http://127.0.0.1:{replica.hooks_port}"))
+        return out
 
     # --- small API helpers -------------------------------------------------------------------------
 
@@ -937,8 +945,11 @@ class Soak:
         self.ledger.violation("component", f"node {node} could not be registered again", [f"Node/{node}"])
 
     def fault_operator_kill(self) -> Action:
-        comp = self.cp.components["operator"]
-        action = self.ledger.begin("platform", "operator-kill", f"pid {comp.pid}")
+        """One of the operator's replicas is killed (SIGKILL) and started again; the other answers
+        meanwhile (the fronts skip a replica that refuses connections, as a Service does)."""
+        replica = self.rng.choice(self.op.replicas)
+        comp = self.cp.components[replica.name]
+        action = self.ledger.begin("platform", "operator-kill", f"{replica.name} pid {comp.pid}")
         self.ledger.down("operator")
         try:
             comp.stopped = True
@@ -946,16 +957,17 @@ class Soak:
                 os.killpg(comp.pid, signal.SIGKILL)  # type: ignore[arg-type]
             comp.proc.wait(10)  # type: ignore[union-attr]
             time.sleep(self.rng.uniform(0.0, 3.0))
-            self.keeper.call(lambda: self.cp.start_component("operator"))
+            self.keeper.call(lambda: self.cp.start_component(replica.name))
             self.op.wait_listening()
         finally:
             self.ledger.up("operator")
         return self.ledger.finish(action, "ok", f"new pid {comp.pid}")
 
     def fault_operator_freeze(self) -> Action:
-        comp = self.cp.components["operator"]
+        replica = self.rng.choice(self.op.replicas)
+        comp = self.cp.components[replica.name]
         hold = self.rng.uniform(*FREEZE_SECONDS)
-        action = self.ledger.begin("platform", "operator-freeze", f"pid {comp.pid} for {hold:.1f}s")
+        action = self.ledger.begin("platform", "operator-freeze", f"{replica.name} pid {comp.pid} for {hold:.1f}s")
         self.ledger.down("operator")
         try:
             os.killpg(comp.pid, signal.SIGSTOP)  # type: ignore[arg-type]
