@@ -17,6 +17,7 @@ endpoint and no proxy; `start()` listens on the same port again.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import select
@@ -60,6 +61,9 @@ class _Server:
         self.balance = balance
         self.server: socketserver.BaseServer | None = None
         self.thread: threading.Thread | None = None
+        # Open client connections: closed by stop(), so a kept-alive caller reconnects and is refused.
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
 
     def _make(self) -> socketserver.BaseServer:
         raise NotImplementedError
@@ -75,6 +79,19 @@ class _Server:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        with self.connections_lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            self.connections.clear()
+
+    def opened(self, conn: socket.socket) -> None:
+        with self.connections_lock:
+            self.connections.add(conn)
+
+    def closed(self, conn: socket.socket) -> None:
+        with self.connections_lock:
+            self.connections.discard(conn)
 
     def set_backends(self, ports: list[int]) -> None:
         self.balance.set(ports)
@@ -91,10 +108,18 @@ class HttpFront(_Server):
         super().__init__(port, _Balance(backends))
 
     def _make(self) -> socketserver.BaseServer:
-        balance = self.balance
+        balance, front = self.balance, self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                front.opened(self.connection)
+
+            def finish(self) -> None:
+                front.closed(self.connection)
+                super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 return
@@ -145,11 +170,12 @@ class TcpFront(_Server):
         super().__init__(port, _Balance(backends))
 
     def _make(self) -> socketserver.BaseServer:
-        balance = self.balance
+        balance, front = self.balance, self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 client: socket.socket = self.request
+                front.opened(client)
                 for port in balance.order():
                     try:
                         upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -158,7 +184,8 @@ class TcpFront(_Server):
                     balance.count(port)
                     upstream.settimeout(None)
                     _pump(client, upstream)
-                    return
+                    break
+                front.closed(client)
 
         class Server(socketserver.ThreadingTCPServer):
             allow_reuse_address = True
