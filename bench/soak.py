@@ -299,10 +299,11 @@ class Soak:
 
     # --- the schedule ---------------------------------------------------------------------------------
 
-    def run(self, duration: float) -> None:
+    def run(self, duration: float, first: tuple[str, ...] = ()) -> None:
+        """`first`: headline faults the schedule opens with, in order (then the kinds in turn)."""
         self.setup()
         start = self.ledger.now()
-        headlines: list[str] = []
+        headlines: list[str] = list(reversed(first))
         while self.ledger.now() - start < duration:
             self.episodes += 1
             self.ledger.episode = self.episodes
@@ -1189,7 +1190,8 @@ def summarize(soak: Soak, seed: int, duration: float, size: int, command: str, s
 
 
 def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_SECONDS, out_json: Path | None = None,
-        out_md: Path | None = None, keep: bool = False, command: str = "") -> dict[str, Any]:
+        out_md: Path | None = None, keep: bool = False, command: str = "",
+        first: tuple[str, ...] = ()) -> dict[str, Any]:
     """Starts a control plane, runs the soak, writes the results; returns the summary."""
     rng = random.Random(seed)
     shapes = sw.shapes(size)
@@ -1213,7 +1215,7 @@ def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_S
         soak = Soak(cp, op, shapes, rng, bound=bound, scalers=scalers)
         threading.Thread(target=soak.metrics_loop, args=(stop_metrics,), daemon=True).start()
         try:
-            soak.run(duration)
+            soak.run(duration, first)
         finally:
             stop_metrics.set()
             soak.watcher.stop()
@@ -1277,14 +1279,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results here (e.g. bench/soak.json)")
     parser.add_argument("--md", type=Path, default=None, help="write the report here (e.g. bench/soak.md)")
     parser.add_argument("--keep", action="store_true", help="keep the control plane's work dir (logs)")
+    parser.add_argument("--first", action="append", default=[], choices=FAULTS, metavar="KIND",
+                        help="a headline fault the schedule opens with (repeatable, in order)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     command = (f".venv/bin/python -m bench.soak --seed {seed} --duration {args.duration:.0f} --size {args.size}"
-               + (f" --bound {args.bound:.0f}" if args.bound != DEFAULT_BOUND_SECONDS else ""))
+               + (f" --bound {args.bound:.0f}" if args.bound != DEFAULT_BOUND_SECONDS else "")
+               + "".join(f" --first {kind}" for kind in args.first))
     print(f"[soak] seed {seed}", flush=True)
     print(f"[soak] rerun: {command}", flush=True)
     summary = run(seed, args.duration, args.size, bound=args.bound, out_json=args.json, out_md=args.md,
-                  keep=args.keep, command=command)
+                  keep=args.keep, command=command, first=tuple(args.first))
     print(f"[soak] {summary['operations']} operations, {summary['faults']} faults, "
           f"{len(summary['violations'])} violations; kinds missing: {summary['kinds_missing'] or 'none'}", flush=True)
     for v in summary["violations"]:
