@@ -4,7 +4,9 @@ running at once during an upgrade would not know which of them is newer.
 
 The reference: every Pod `modeldeployment render --objects-only` prints for the golden inputs
 (the examples and tests/golden/inputs, the defaults' render, the clock pinned), hashed. The golden
-records the hash beside the revision it was taken under."""
+records the hash beside the revision it was taken under. A commit that only edits an input (an
+example, the example world) changes the hash without changing what the operator renders for a
+deployment already running: it records the new hash under the same revision, and says so."""
 
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ def test_a_changed_pod_render_bumps_the_render_revision():
         return
     assert RENDER_REVISION != revision, (
         f"the rendered Pods changed under RENDER_REVISION {revision}: bump it to {revision + 1} in "
-        f"app/render/revision.py and record GOLDEN = ({revision + 1}, {digest!r}) here")
+        f"app/render/revision.py and record GOLDEN = ({revision + 1}, {digest!r}) here (only an input of "
+        f"the reference edited, the operator's render unchanged: record ({revision}, {digest!r}))")
     raise AssertionError(f"RENDER_REVISION was bumped: record GOLDEN = ({RENDER_REVISION}, {digest!r})")
 
 
