@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices(vocab.SETTING_ROUTING_SIDECAR_IMAGE, "MODELDEPLOYMENT_ROUTING_SIDECAR_IMAGE"),
     )
 
+    # Upgrade rehearsal (docs/operations.md#rehearsing-an-upgrade): 0 in production.
+    render_rehearsal: int = Field(
+        default=0, ge=0, le=1000,
+        validation_alias=AliasChoices(vocab.SETTING_RENDER_REHEARSAL, "render_rehearsal"),
+    )
+
     router_cpu_request: str = Field(default=DEFAULT_ROUTER_RESOURCES.cpu_request,
                                     validation_alias=_resource_alias("router_cpu_request"))
     router_memory_request: str = Field(default=DEFAULT_ROUTER_RESOURCES.memory_request,
@@ -129,6 +135,7 @@ class Settings(BaseSettings):
     def render_options(self) -> RenderOptions:
         return RenderOptions(kv_cache_dtype_owned=self.kv_cache_dtype_owned, router_image=self.router_image,
                              routing_sidecar_image=self.routing_sidecar_image,
+                             render_rehearsal=self.render_rehearsal,
                              router_resources=ContainerResources(
                                  cpu_request=self.router_cpu_request, memory_request=self.router_memory_request,
                                  cpu_limit=self.router_cpu_limit, memory_limit=self.router_memory_limit),

@@ -94,6 +94,10 @@ MANAGED_BY = "gpustack-model-deployment"
 LABEL_POD_ORDINAL = "modeldeployment.gpustack.ai/pod-ordinal"
 LABEL_MEMBER_INDEX = "modeldeployment.gpustack.ai/member-index"
 LABEL_ROLE_KIND = "modeldeployment.gpustack.ai/role-kind"
+# The render revision a replica's Pods were created under (app.render.revision): an operator never
+# turns over a replica a newer revision made (docs/operations.md#upgrading-the-operator).
+# Outside the fingerprint: it says who rendered the Pod, not what the Pod runs.
+LABEL_RENDER_REVISION = "modeldeployment.gpustack.ai/render-revision"
 # Router objects carry this in place of a role name as their component.
 ROUTER_COMPONENT = "router"
 
@@ -122,6 +126,13 @@ ANNOTATION_FINGERPRINT = "modeldeployment.gpustack.ai/fingerprint"
 # gets the next number, and a size-1 Pod a name no earlier Pod of it had. Outside the fingerprint:
 # it identifies an instance, it does not describe its render.
 ANNOTATION_INCARNATION = "modeldeployment.gpustack.ai/incarnation"
+# The deployment's metadata.generation a replica's Pods were rendered from: a replica a newer render
+# revision made is kept only while the spec it was rendered from is still the spec
+# (docs/operations.md#upgrading-the-operator). Outside the fingerprint, like the incarnation.
+ANNOTATION_SPEC_GENERATION = "modeldeployment.gpustack.ai/spec-generation"
+# Only with the upgrade-rehearsal setting (SETTING_RENDER_REHEARSAL): its value, inside the
+# fingerprint, so a rehearsal operator renders every Pod differently.
+ANNOTATION_RENDER_REHEARSAL = "modeldeployment.gpustack.ai/render-rehearsal"
 ANNOTATION_KVCACHE_CLIENT_CONFIG = "kvcache.gpustack.ai/client-config"
 # On the router's Pod template: a digest of its config documents, so a changed document rolls the Pods.
 ANNOTATION_ROUTER_CONFIG_HASH = "modeldeployment.gpustack.ai/router-config-hash"
@@ -330,11 +341,19 @@ EVENT_NAME_UNGATE_STALL = "ungate-stall"
 # and the Event is created once.
 EVENT_NAME_REPLICA_DEPARTURE = "replica-departure"
 
+# How long an older operator defers to a newer render revision's status.newestRender record after
+# that version's last renewal (docs/operations.md#upgrading-the-operator): three resync periods, so
+# a newer replica that got no pass for two of them does not lose the rollout to the older one.
+NEWEST_RENDER_LEASE_SECONDS = 180
+
 # --- Operator settings (environment of the service) -------------------------------------------
 
 SETTING_KV_CACHE_DTYPE_OWNED = "GPUSTACK_MODEL_DEPLOYMENT_KV_CACHE_DTYPE_OWNED"
 SETTING_ROUTER_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTER_IMAGE"
 SETTING_ROUTING_SIDECAR_IMAGE = "GPUSTACK_MODEL_DEPLOYMENT_ROUTING_SIDECAR_IMAGE"
+# Rehearse an operator upgrade with one build (docs/operations.md#rehearsing-an-upgrade): N above 0
+# renders like a release N render revisions newer.
+SETTING_RENDER_REHEARSAL = "MODELDEPLOYMENT_RENDER_REHEARSAL"
 # The routing sidecar's image unless that setting names another: llm-d-router v0.10.0's, the release
 # the router images in app/engines/router_flags.py come from (docs/research/routers.md).
 DEFAULT_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"

@@ -211,9 +211,17 @@ class Soak:
         self.watcher = Watcher(cp.http_client(timeout=10), self.ledger, shapes,
                                render_options=settings.render_options(),
                                webhook_url=f"https://127.0.0.1:{op.webhook_port}", webhook_verify=str(cp.ca_cert_path),
-                               operator_pid=lambda: cp.components["operator"].pid if cp.components["operator"].alive() else None,
-                               hooks_url=f"http://127.0.0.1:{op.hooks_port}", scalers=scalers,
+                               operators=self.operators, scalers=scalers,
                                nodes=set(self.node_manifests), pod_watch_client=cp.http_client())
+
+    def operators(self) -> list[tuple[int | None, str]]:
+        """Each operator replica: its pid while it runs, and its own hooks URL (not the front's)."""
+        out = []
+        for replica in self.op.replicas:
+            comp = self.cp.components.get(replica.name)
+            out.append((comp.pid if comp is not None and comp.alive() else None,
+                        f"http://127.0.0.1:{replica.hooks_port}"))
+        return out
 
     # --- small API helpers -------------------------------------------------------------------------
 
@@ -291,10 +299,11 @@ class Soak:
 
     # --- the schedule ---------------------------------------------------------------------------------
 
-    def run(self, duration: float) -> None:
+    def run(self, duration: float, first: tuple[str, ...] = ()) -> None:
+        """`first`: headline faults the schedule opens with, in order (then the kinds in turn)."""
         self.setup()
         start = self.ledger.now()
-        headlines: list[str] = []
+        headlines: list[str] = list(reversed(first))
         while self.ledger.now() - start < duration:
             self.episodes += 1
             self.ledger.episode = self.episodes
@@ -937,8 +946,11 @@ class Soak:
         self.ledger.violation("component", f"node {node} could not be registered again", [f"Node/{node}"])
 
     def fault_operator_kill(self) -> Action:
-        comp = self.cp.components["operator"]
-        action = self.ledger.begin("platform", "operator-kill", f"pid {comp.pid}")
+        """One of the operator's replicas is killed (SIGKILL) and started again; the other answers
+        meanwhile (the fronts skip a replica that refuses connections, as a Service does)."""
+        replica = self.rng.choice(self.op.replicas)
+        comp = self.cp.components[replica.name]
+        action = self.ledger.begin("platform", "operator-kill", f"{replica.name} pid {comp.pid}")
         self.ledger.down("operator")
         try:
             comp.stopped = True
@@ -946,16 +958,17 @@ class Soak:
                 os.killpg(comp.pid, signal.SIGKILL)  # type: ignore[arg-type]
             comp.proc.wait(10)  # type: ignore[union-attr]
             time.sleep(self.rng.uniform(0.0, 3.0))
-            self.keeper.call(lambda: self.cp.start_component("operator"))
+            self.keeper.call(lambda: self.cp.start_component(replica.name))
             self.op.wait_listening()
         finally:
             self.ledger.up("operator")
         return self.ledger.finish(action, "ok", f"new pid {comp.pid}")
 
     def fault_operator_freeze(self) -> Action:
-        comp = self.cp.components["operator"]
+        replica = self.rng.choice(self.op.replicas)
+        comp = self.cp.components[replica.name]
         hold = self.rng.uniform(*FREEZE_SECONDS)
-        action = self.ledger.begin("platform", "operator-freeze", f"pid {comp.pid} for {hold:.1f}s")
+        action = self.ledger.begin("platform", "operator-freeze", f"{replica.name} pid {comp.pid} for {hold:.1f}s")
         self.ledger.down("operator")
         try:
             os.killpg(comp.pid, signal.SIGSTOP)  # type: ignore[arg-type]
@@ -1177,7 +1190,8 @@ def summarize(soak: Soak, seed: int, duration: float, size: int, command: str, s
 
 
 def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_SECONDS, out_json: Path | None = None,
-        out_md: Path | None = None, keep: bool = False, command: str = "") -> dict[str, Any]:
+        out_md: Path | None = None, keep: bool = False, command: str = "",
+        first: tuple[str, ...] = ()) -> dict[str, Any]:
     """Starts a control plane, runs the soak, writes the results; returns the summary."""
     rng = random.Random(seed)
     shapes = sw.shapes(size)
@@ -1201,7 +1215,7 @@ def run(seed: int, duration: float, size: int, *, bound: float = DEFAULT_BOUND_S
         soak = Soak(cp, op, shapes, rng, bound=bound, scalers=scalers)
         threading.Thread(target=soak.metrics_loop, args=(stop_metrics,), daemon=True).start()
         try:
-            soak.run(duration)
+            soak.run(duration, first)
         finally:
             stop_metrics.set()
             soak.watcher.stop()
@@ -1265,14 +1279,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results here (e.g. bench/soak.json)")
     parser.add_argument("--md", type=Path, default=None, help="write the report here (e.g. bench/soak.md)")
     parser.add_argument("--keep", action="store_true", help="keep the control plane's work dir (logs)")
+    parser.add_argument("--first", action="append", default=[], choices=FAULTS, metavar="KIND",
+                        help="a headline fault the schedule opens with (repeatable, in order)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     command = (f".venv/bin/python -m bench.soak --seed {seed} --duration {args.duration:.0f} --size {args.size}"
-               + (f" --bound {args.bound:.0f}" if args.bound != DEFAULT_BOUND_SECONDS else ""))
+               + (f" --bound {args.bound:.0f}" if args.bound != DEFAULT_BOUND_SECONDS else "")
+               + "".join(f" --first {kind}" for kind in args.first))
     print(f"[soak] seed {seed}", flush=True)
     print(f"[soak] rerun: {command}", flush=True)
     summary = run(seed, args.duration, args.size, bound=args.bound, out_json=args.json, out_md=args.md,
-                  keep=args.keep, command=command)
+                  keep=args.keep, command=command, first=tuple(args.first))
     print(f"[soak] {summary['operations']} operations, {summary['faults']} faults, "
           f"{len(summary['violations'])} violations; kinds missing: {summary['kinds_missing'] or 'none'}", flush=True)
     for v in summary["violations"]:

@@ -170,8 +170,8 @@ class Watcher:
     """Runs in its own thread; `latest` is the last observation (with convergence judged)."""
 
     def __init__(self, api: httpx.Client, ledger: Ledger, shapes: list[Shape], *, render_options: RenderOptions,
-                 webhook_url: str, webhook_verify: str, operator_pid: Callable[[], int | None],
-                 hooks_url: str, scalers: bool, nodes: set[str] | None = None,
+                 webhook_url: str, webhook_verify: str, operators: Callable[[], list[tuple[int | None, str]]],
+                 scalers: bool, nodes: set[str] | None = None,
                  pod_watch_client: httpx.Client | None = None) -> None:
         self.api = api
         self.ledger = ledger
@@ -179,8 +179,10 @@ class Watcher:
         self.options = render_options
         self.webhook = httpx.Client(base_url=webhook_url, verify=ssl.create_default_context(cafile=webhook_verify),
                                     timeout=8)
-        self.hooks = httpx.Client(base_url=hooks_url, timeout=5)
-        self.operator_pid = operator_pid
+        self.hooks = httpx.Client(timeout=5)
+        # Every operator replica: (its pid while it runs, else None; its own hooks URL). Each is
+        # scraped and measured on its own: behind one address the counters of two would interleave.
+        self.operators = operators
         self.with_scalers = scalers
         self.expected_nodes = nodes or set()
         self.latest: Observation | None = None
@@ -210,17 +212,17 @@ class Watcher:
         self.cleaned: dict[str, float] = {}  # name -> seconds from gone to nothing left
         # webhook probes and metrics
         self.probes: dict[str, int] = defaultdict(int)
-        self.hook_errors: dict[str, float] = {}
+        self.hook_errors: dict[str, dict[str, float]] = {}  # hooks URL -> its replica's counters
         self.webhook_5xx_seen: dict[str, float] = {}
         self.rss_mib: float = 0.0
         self.rss_peak_mib: float = 0.0
         self.rss_samples: list[tuple[float, float]] = []
-        self._rss_pid: int | None = None
+        self._rss_pids: set[int] = set()
         self.event_totals: dict[tuple[str, str, str], int] = {}
         # (reason, kind, name) -> the latest occurrence its Events record (epoch seconds)
         self.event_last_occurred: dict[tuple[str, str, str], float] = {}
         self.events_at = float("-inf")  # soak seconds when the last Event list was read
-        self._hooks_pid: int | None = None
+        self._hooks_pids: dict[str, int | None] = {}
         self.observations = 0
         # How often each invariant had something to judge (bench/soak.md: evidence it was exercised).
         self.stats: dict[str, int] = defaultdict(int)
@@ -635,25 +637,29 @@ class Watcher:
                 self.cleaned[name] = round(obs.t1 - gone_at, 2)
 
     def check_rss(self, obs: Observation) -> None:
-        pid = self.operator_pid()
-        if pid is None:
+        """Every replica's RSS; the figure kept is the largest."""
+        rss: dict[int, float] = {}
+        for pid, _ in self.operators():
+            if pid is None:
+                continue
+            try:
+                text = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith("VmRSS:"):
+                    rss[pid] = int(line.split()[1]) / 1024
+        if not rss:
             return
-        try:
-            text = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            return
-        for line in text.splitlines():
-            if line.startswith("VmRSS:"):
-                self.rss_mib = int(line.split()[1]) / 1024
-        if self.rss_mib <= 0:
-            return
+        self.rss_mib = max(rss.values())
         self.rss_peak_mib = max(self.rss_peak_mib, self.rss_mib)
-        if pid != self._rss_pid or self.tick % 20 == 0:
+        if set(rss) != self._rss_pids or self.tick % 20 == 0:
             self.rss_samples.append((round(obs.t1, 1), round(self.rss_mib, 1)))
-            self._rss_pid = pid
-        if self.rss_mib > RSS_LIMIT_MIB:
-            self.ledger.violation("rss", f"operator RSS {self.rss_mib:.0f} MiB over the {RSS_LIMIT_MIB:.0f} MiB bound",
-                                  [f"pid {pid}"], key=f"rss/{pid}")
+            self._rss_pids = set(rss)
+        for pid, mib in rss.items():
+            if mib > RSS_LIMIT_MIB:
+                self.ledger.violation("rss", f"operator RSS {mib:.0f} MiB over the {RSS_LIMIT_MIB:.0f} MiB bound",
+                                      [f"pid {pid}"], key=f"rss/{pid}")
 
     def event_counts(self, events: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
         out: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -728,21 +734,24 @@ class Watcher:
                                       f"were up: {response.text[:300]}", [path], key=f"{path}/{int(sent)}")
 
     def check_hook_metrics(self) -> None:
-        pid = self.operator_pid()
+        for pid, url in self.operators():
+            self._check_hook_metrics(pid, url)
+
+    def _check_hook_metrics(self, pid: int | None, url: str) -> None:
         try:
-            text = self.hooks.get("/metrics").text
+            text = self.hooks.get(f"{url}/metrics").text
         except httpx.HTTPError:
             return
-        if pid != self._hooks_pid:  # a restarted operator counts from zero
-            self.hook_errors, self._hooks_pid = {}, pid
+        if pid != self._hooks_pids.get(url):  # a restarted replica counts from zero
+            self.hook_errors[url], self._hooks_pids[url] = {}, pid
         errors: dict[str, float] = {}
         for line in text.splitlines():
             if line.startswith("modeldeployment_hook_errors_total{"):
                 lab, value = line.rsplit(" ", 1)
                 errors[lab[len("modeldeployment_hook_errors_total"):]] = float(value)
         for key, value in errors.items():
-            before = self.hook_errors.get(key, 0.0)
+            before = self.hook_errors[url].get(key, 0.0)
             if 'kind="internal"' in key and value > before:
                 self.ledger.violation("webhook-5xx", f"the hooks answered {value - before:.0f} internal error(s) "
-                                      f"(500) {key}", ["operator /metrics"], key=f"{key}/{value}")
-        self.hook_errors = errors
+                                      f"(500) {key}", [f"operator /metrics at {url}"], key=f"{url}{key}/{value}")
+        self.hook_errors[url] = errors

@@ -392,6 +392,14 @@ class JointAdmissionStatus(KubeModel):
                                     description="The LocalQueues (namespace/name) its replicas queue in.")
 
 
+class NewestRenderStatus(KubeModel):
+    """The newest render revision answering the deployment's passes (docs/operations.md#upgrading-the-operator)."""
+
+    revision: int = Field(ge=0, description="The render revision of the newest operator that answered a pass.")
+    renewed_at: str = Field(description="When that operator last renewed this record: an older operator "
+                            "creates and turns over no replica while the record is fresh.")
+
+
 class ModelDeploymentStatus(KubeModel):
     observed_generation: int | None = Field(default=None, description="Set by Metacontroller.")
     phase: Literal["Starting", "Ready", "Degraded", "Idle", "Deleting"] | None = Field(
@@ -409,6 +417,9 @@ class ModelDeploymentStatus(KubeModel):
     joint_admission: JointAdmissionStatus | None = Field(
         default=None, description="While part of the deployment's replicas hold quota and the rest wait (joint "
         "admission), or it has just released them: since when, how many, in which queues.")
+    newest_render: NewestRenderStatus | None = Field(
+        default=None, description="The newest operator version answering this deployment's passes, during an "
+        "upgrade of the operator: an older one defers new replicas to it. Written by the operator.")
     conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(
         default_factory=list
     )

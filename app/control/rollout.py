@@ -24,6 +24,9 @@ The rules (docs/kueue.md#rollout-cadence):
   request has listed. Informer views only move forward, so once a view has listed incarnation k,
   no later pass creates k again; passes that have not seen the new Pods yet create them under the
   same names (Metacontroller identifies children by name). Departure events are named after it;
+- a replica made by a newer render revision (another version of the operator, during an upgrade)
+  from the spec as it is now is up to date: kept exactly as it is, never turned over, superseded
+  or completed with this version's Pods (docs/operations.md#upgrading-the-operator);
 - a group Kueue evicted before it ever ran (our own deadlock release, `Retry`) is not a departure:
   its Pods are still gated and Kueue requeues it as it is.
 
@@ -44,11 +47,14 @@ from typing import Any
 
 from app import vocab
 from app.api.objects import KubeObject
+from app.control import memory
 from app.control import observed as obs
 from app.control.intents import DeleteWorkload, Intent, RecordEvent, parent_event
 from app.model.context import DeploymentContext
 from app.render import names
 from app.render.pod import RoleRender, instance_pods
+from app.control.skew import Standing, judge_render
+from app.render.revision import effective_revision, pod_spec_generation
 
 
 class Action(str, Enum):
@@ -73,6 +79,8 @@ class OrdinalPlan:
     has_workload: bool = False
     # Some but not all of the instance's Pods exist (a group Kueue cannot compose yet).
     incomplete: bool = False
+    # Made by a newer render revision from the current spec: up to date, kept as it is.
+    newer: bool = False
     note: str = ""
 
 
@@ -145,42 +153,6 @@ def _let_go(entry: OrdinalPlan) -> None:
     entry.admitted = entry.reserved = False
 
 
-def _previous_role_status(ctx: DeploymentContext, role: str) -> dict[str, Any]:
-    """The role's entry in the last written status ({} when there is none)."""
-    for entry in (ctx.md.status or {}).get("roles") or []:
-        if isinstance(entry, dict) and entry.get("name") == role:
-            return entry
-    return {}
-
-
-def _previous_desired(ctx: DeploymentContext, role: str) -> int:
-    """The replicas the last written status declared for the role (0 when unknown)."""
-    desired = _previous_role_status(ctx, role).get("desired")
-    return min(desired, vocab.MAX_ROLE_REPLICAS) if isinstance(desired, int) and desired > 0 else 0
-
-
-def _previous_incarnations(ctx: DeploymentContext, role: str) -> list[int]:
-    """status.roles[].nextIncarnations as the last written status has it (bounded, ints only)."""
-    values = _previous_role_status(ctx, role).get("nextIncarnations")
-    if not isinstance(values, list):
-        return []
-    return [v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= vocab.MAX_INCARNATION else 0
-            for v in values[:vocab.MAX_ROLE_REPLICAS]]
-
-
-def _next_incarnations(previous: list[int], observed: dict[int, obs.ObservedInstance]) -> list[int]:
-    """Per ordinal: past every incarnation listed now, never below what status carried."""
-    out = list(previous)
-    for ordinal, inst in observed.items():
-        if ordinal >= vocab.MAX_ROLE_REPLICAS or not inst.pods:
-            continue
-        out += [0] * (ordinal + 1 - len(out))
-        out[ordinal] = max(out[ordinal], min(inst.incarnation() + 1, vocab.MAX_INCARNATION))
-    while out and out[-1] == 0:
-        out.pop()
-    return out
-
-
 # --- the classification ---------------------------------------------------------------------------
 
 
@@ -196,18 +168,20 @@ class Situation(str, Enum):
     SUPERSEDED = "superseded"  # queued (not admitted) on an obsolete render
     INCOMPLETE = "incomplete"  # a group not yet admitted lacks a member
     CURRENT = "current"  # on the current render
+    NEWER = "newer"  # made by a newer render revision from the current spec: kept as it is
     OBSOLETE = "obsolete"  # admitted on an obsolete render: a turnover candidate
 
 
 def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: KubeObject | None,
-             fingerprint: str, size: int, held: bool) -> Situation:
+             fingerprint: str, size: int, held: bool, revision: int = 0, generation: int | None = None) -> Situation:
     """The rules' order of precedence, as one pure function of what one ordinal reads."""
     pods = inst.pods if inst is not None else []
     if not declared:
         return Situation.UNDECLARED if pods or workload is not None else Situation.GONE_UNDECLARED
     if inst is None or not pods:
         return Situation.EMPTY_WITH_WORKLOAD if workload is not None else Situation.EMPTY
-    current = inst.fingerprints() == {fingerprint}
+    standing = judge_render(inst, fingerprint=fingerprint, revision=revision, generation=generation)
+    current = standing is not Standing.OBSOLETE
     admitted = obs.workload_admitted(workload) and not obs.workload_deleting(workload)
     missing = len(inst.members()) < size
     # An eviction stops a group that ran; a group evicted while still gated is only requeued.
@@ -221,7 +195,7 @@ def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: Kub
         return Situation.SUPERSEDED
     if missing:
         return Situation.INCOMPLETE
-    return Situation.CURRENT if current else Situation.OBSOLETE
+    return {Standing.CURRENT: Situation.CURRENT, Standing.NEWER: Situation.NEWER}.get(standing, Situation.OBSOLETE)
 
 
 # --- one pass over a role -------------------------------------------------------------------------
@@ -392,11 +366,12 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     entry.incomplete = True
     wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation())
     have = inst.members()
-    if entry.up_to_date:
+    ours = entry.up_to_date and not entry.newer
+    if ours:
         entry.pods = [pod for member, pod in enumerate(wanted) if member in have]
     else:
         entry.pods = [_kept(pod) for pod in inst.pods]
-    adding = entry.up_to_date and p.render.hold is None
+    adding = ours and p.render.hold is None
     if adding:
         entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
     entry.action = Action.CREATE if adding else Action.KEEP
@@ -407,7 +382,22 @@ def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None
     """On the current render: returned exactly as rendered (byte-identical to what was created)."""
     assert inst is not None
     entry.action = Action.KEEP
-    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation())
+    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), _spec_generation(inst))
+    entry.ready = inst.ready(p.role.size)
+
+
+def _spec_generation(inst: obs.ObservedInstance) -> int | None:
+    """The spec generation the instance's Pods were rendered from (None: unmarked, the deployment's own)."""
+    return max((g for g in map(pod_spec_generation, inst.pods) if g is not None), default=None)
+
+
+def _newer(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
+           workload: KubeObject | None) -> None:
+    """Made by a newer render revision from the current spec (docs/operations.md#upgrading-the-operator):
+    returned exactly as it is, whatever this version would render."""
+    assert inst is not None
+    entry.action = Action.KEEP
+    entry.pods = [_kept(pod) for pod in inst.pods]
     entry.ready = inst.ready(p.role.size)
 
 
@@ -454,6 +444,7 @@ RULES = {
     Situation.SUPERSEDED: _superseded,
     Situation.INCOMPLETE: _incomplete,
     Situation.CURRENT: _current,
+    Situation.NEWER: _newer,
     Situation.OBSOLETE: _obsolete,
     Situation.DRIFTED: _drifted,
 }
@@ -470,10 +461,11 @@ def plan_role(
     role = render.role
     replicas = 0 if finalizing else role.replicas
     plan = RolePlan(role.name, hold=render.hold)
-    plan.next_incarnations = _next_incarnations(_previous_incarnations(ctx, role.name), observed)
-    p = _RolePass(ctx, render, observed, finalizing, plan, previous_desired=_previous_desired(ctx, role.name))
+    plan.next_incarnations = memory.next_incarnations(memory.previous_incarnations(ctx, role.name), observed)
+    p = _RolePass(ctx, render, observed, finalizing, plan, previous_desired=memory.previous_desired(ctx, role.name))
     p.admission_gate = render.hold is None and all(_admitted_and_whole(p, o) for o in range(replicas))
     p.not_serving = {o for o in range(replicas) if not _serving(p, o)}
+    revision, generation = effective_revision(ctx.options.render_rehearsal), ctx.md.metadata.generation
     # Ordinals the last status declared are looked at too: after a scale-down, customize no longer
     # lists their Workloads, and one may stand without Pods (its Pods removed by force).
     for ordinal in sorted(set(range(max(role.replicas, p.previous_desired))) | set(observed)):
@@ -484,9 +476,12 @@ def plan_role(
         if obs.workload_deleting(workload):
             _let_go(entry)
         if inst is not None and inst.pods:
-            entry.up_to_date = inst.fingerprints() == {render.fingerprint}
+            standing = judge_render(inst, fingerprint=render.fingerprint, revision=revision, generation=generation)
+            entry.up_to_date = standing is not Standing.OBSOLETE
+            entry.newer = standing is Standing.NEWER
         plan.ordinals.append(entry)
         situation = classify(declared=ordinal < replicas, inst=inst, workload=workload,
-                             fingerprint=render.fingerprint, size=role.size, held=render.hold is not None)
+                             fingerprint=render.fingerprint, size=role.size, held=render.hold is not None,
+                             revision=revision, generation=generation)
         RULES[situation](p, entry, inst, workload)
     return plan

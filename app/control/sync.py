@@ -13,7 +13,7 @@ from app import vocab
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
-from app.control import endpoint, gang, stalls, status, teardown
+from app.control import endpoint, gang, skew, stalls, status, teardown
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
@@ -23,6 +23,7 @@ from app.engines.owned import owned_env_names
 from app.model.context import DeploymentContext, RenderOptions, build_context
 from app.render import labels, names, tenant
 from app.render.errors import RenderError
+from app.render.revision import effective_revision
 from app.render.pod import Ports, RoleRender, render_role
 from app.render.router import render_router
 from app.render.services import role_services
@@ -177,6 +178,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         return rendered
     renders, intents = rendered
     observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
+    if not finalizing:
+        _defer_to_newer(ctx, renders, now)
 
     plans: list[RolePlan] = []
     children: list[KubeObject] = []
@@ -205,6 +208,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
     if joint.record is not None:
         result_status["jointAdmission"] = joint.record
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
+    if not finalizing:
+        result_status["newestRender"] = _newest_render(ctx, result_status, now)
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
                         needs_peers=joint.needs_peers)
@@ -215,6 +220,24 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
         result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
     return result
+
+
+def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str) -> None:
+    """docs/operations.md#upgrading-the-operator: while a newer operator answers this deployment's
+    passes, this one holds new replicas of every role (the newer one creates and turns over)."""
+    own = effective_revision(ctx.options.render_rehearsal)
+    newer = skew.defers_to((ctx.md.status or {}).get("newestRender"), own, now)
+    if newer is not None:
+        for render in renders:
+            render.hold = render.hold or skew.hold(newer, own)
+
+
+def _newest_render(ctx: DeploymentContext, written: KubeObject, now: str) -> dict[str, Any]:
+    """status.newestRender for the status this pass writes (app/control/skew.py)."""
+    previous = dict(ctx.md.status or {})
+    last = previous.pop("newestRender", None)
+    previous.pop("observedGeneration", None)
+    return skew.record(last, effective_revision(ctx.options.render_rehearsal), now, changed=previous != written)
 
 
 def _soonest(*after: float | None) -> float | None:

@@ -59,6 +59,9 @@ class RenderOptions:
     routing_sidecar_image: str = vocab.DEFAULT_ROUTING_SIDECAR_IMAGE
     router_resources: ContainerResources = DEFAULT_ROUTER_RESOURCES
     routing_sidecar_resources: ContainerResources = DEFAULT_ROUTING_SIDECAR_RESOURCES
+    # Upgrade rehearsal (docs/operations.md#rehearsing-an-upgrade): above 0, every Pod renders
+    # differently and under a render revision this much newer.
+    render_rehearsal: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from app.render import labels, names, tenant
 from app.render.errors import RenderError
 from app.render.image import ImageChoice, role_image
 from app.render.resources import pod_resources
+from app.render.revision import effective_revision
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,8 @@ def _pod_metadata(ctx: DeploymentContext, role: Role, queue: str, rendered: Engi
         pod_labels.update(entry.pod_labels(ctx.md.spec.engine.name))
     if role.topology and role.topology.required_level:
         annotations[vocab.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = role.topology.required_level
+    if ctx.options.render_rehearsal:
+        annotations[vocab.ANNOTATION_RENDER_REHEARSAL] = str(ctx.options.render_rehearsal)
     return {"labels": pod_labels, "annotations": annotations}
 
 
@@ -337,9 +340,12 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
                       tenant_keys_ignored=guarded.ignored)
 
 
-def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0) -> list[KubeObject]:
+def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0,
+                  generation: int | None = None) -> list[KubeObject]:
     """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index
-    and the ordinal's incarnation (a size-1 Pod is named after it: see names.single_pod).
+    and the ordinal's incarnation (a size-1 Pod is named after it: see names.single_pod), the
+    render revision and the spec generation they are rendered from (`generation`, else the
+    deployment's own: a kept replica is returned with the one it was created under).
 
     Called for every replica on every sync: what is the same for all members is computed once,
     and each Pod still gets its own metadata, labels, annotations, spec, container and env.
@@ -353,10 +359,14 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, inca
     sidecars = template_spec["containers"][1:]
     # Label order as always: the template's, then ordinal, member index, pod group.
     base_labels = {**template["metadata"]["labels"], vocab.LABEL_POD_ORDINAL: str(ordinal),
-                   vocab.LABEL_MEMBER_INDEX: "", vocab.LABEL_KUEUE_POD_GROUP_NAME: group}
+                   vocab.LABEL_MEMBER_INDEX: "", vocab.LABEL_KUEUE_POD_GROUP_NAME: group,
+                   vocab.LABEL_RENDER_REVISION: str(effective_revision(ctx.options.render_rehearsal))}
     base_annotations = {**template["metadata"]["annotations"], vocab.ANNOTATION_FINGERPRINT: render.fingerprint}
     if incarnation > 0:
         base_annotations[vocab.ANNOTATION_INCARNATION] = str(incarnation)
+    generation = ctx.md.metadata.generation if generation is None else generation
+    if generation is not None:
+        base_annotations[vocab.ANNOTATION_SPEC_GENERATION] = str(generation)
     if size > 1:
         subdomain = names.instance(deployment, role.name, ordinal)
         leader_address = names.leader_address(deployment, role.name, ordinal)

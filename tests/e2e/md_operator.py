@@ -9,7 +9,11 @@ included), our CRDs, the webhook configurations, the operator, then the Composit
   the loopback URLs and our CA bundle;
 - the example world (InstanceTypes with their status, the pool, backend and binding) and the
   example Kueue queues are applied like an administrator would;
-- the real Metacontroller v4.17.2 calls the hooks; nothing stands in for it.
+- the real Metacontroller v4.17.2 calls the hooks; nothing stands in for it;
+- the operator runs as REPLICAS processes (2 by default, as the chart and the manifests run it;
+  `MODELDEPLOYMENT_E2E_OPERATOR_REPLICAS` chooses another count) behind one hooks address and one
+  webhook address (tests/e2e/front.py, standing in for the operator's Service): consecutive passes
+  for one deployment land on different replicas.
 """
 
 from __future__ import annotations
@@ -18,25 +22,43 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 import cluster as e2e_cluster
+import front as e2e_front
 
 from app import timestamps
 
 REPO = e2e_cluster.REPO_ROOT
 NAMESPACE = "team-a"
+REPLICAS = int(os.environ.get("MODELDEPLOYMENT_E2E_OPERATOR_REPLICAS", "2"))
+# What every operator process of the suite runs with (short bounds so stories end quickly).
+BASE_ENV = {"MODELDEPLOYMENT_GANG_RELEASE_AFTER_SECONDS": "20", "MODELDEPLOYMENT_ADMISSION_CHECK_KEEPER_SECONDS": "5",
+            "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass
+class Replica:
+    """One operator process: its component name in the control plane and its own ports."""
+
+    name: str
+    webhook_port: int
+    hooks_port: int
+    env: dict[str, str]
 
 
 @dataclass
 class Operator:
     cp: e2e_cluster.ControlPlane
-    webhook_port: int
-    hooks_port: int
+    webhook_port: int  # the address the API server calls (the front, when there are replicas)
+    hooks_port: int  # the address Metacontroller calls
+    replicas: list[Replica] = field(default_factory=list)
+    fronts: list[e2e_front.HttpFront | e2e_front.TcpFront] = field(default_factory=list)
+    started: int = 0  # replicas ever started (their names' numbers)
 
     def stop(self) -> None:
         """Uninstall in the documented order (docs/operations.md#uninstall-the-reverse-order-leaving-nothing-stuck):
@@ -50,7 +72,10 @@ class Operator:
         finally:
             self.cp.kubectl("delete", "compositecontroller", "modeldeployment", "modeldeploymentscaler",
                             "--wait=false", check=False)
-            self.cp.stop_process("operator")
+            self.stop_replicas()
+            for replica in list(self.replicas):
+                self.cp.stop_process(replica.name)
+            self.replicas.clear()
             # Then its webhooks: left behind, they would refuse every later write (fail closed) and
             # keep another module's `helm install` from owning their names.
             self.cp.kubectl("delete", "mutatingwebhookconfiguration/modeldeployment-operator",
@@ -59,8 +84,63 @@ class Operator:
 
     def wait_listening(self) -> None:
         client = self.cp.http_client()
+        for replica in self.replicas:
+            self.wait(f"operator replica {replica.name} to listen",
+                      lambda: _healthy(client, f"https://127.0.0.1:{replica.webhook_port}/readyz"), 60, 0.5)
         self.wait("the operator to listen",
                   lambda: _healthy(client, f"https://127.0.0.1:{self.webhook_port}/readyz"), 60, 0.5)
+
+    # --- replicas ---------------------------------------------------------------------------------
+
+    def add_replica(self, env: dict[str, str] | None = None) -> Replica:
+        """Start one more operator process and put it behind the fronts once it is Ready (/readyz),
+        as a Deployment's rollout adds a surge Pod to its Service."""
+        webhook_port, hooks_port = e2e_cluster.free_ports(2)
+        cert, key = self.cp.issue_serving_cert(("127.0.0.1", "localhost"))
+        replica = Replica(f"operator-{self.started}", webhook_port, hooks_port, {**BASE_ENV, **(env or {})})
+        self.started += 1
+        self.cp.start_process(replica.name, [str(Path(sys.executable).parent / "modeldeployment"), "serve",
+                                             "--host", "127.0.0.1", "--port", str(webhook_port),
+                                             "--tls-cert", str(cert), "--tls-key", str(key),
+                                             "--hooks-port", str(hooks_port)],
+                              env={**self.cp.env, **replica.env}, cwd=REPO)
+        client = self.cp.http_client()
+        self.wait(f"operator replica {replica.name} to listen",
+                  lambda: _healthy(client, f"https://127.0.0.1:{webhook_port}/readyz"), 60, 0.5)
+        self.replicas.append(replica)
+        self._route()
+        return replica
+
+    def remove_replica(self, replica: Replica) -> None:
+        """Take a replica out of the fronts, then stop it (a Deployment's rollout ending an old Pod)."""
+        self.replicas.remove(replica)
+        self._route()
+        self.cp.stop_process(replica.name)
+
+    def _route(self) -> None:
+        hooks, webhooks = self.fronts
+        hooks.set_backends([r.hooks_port for r in self.replicas])
+        webhooks.set_backends([r.webhook_port for r in self.replicas])
+
+    def stop_replicas(self) -> None:
+        """Every replica and the fronts down: callers get "connection refused", as from a Service
+        whose every Pod is gone."""
+        for front in self.fronts:
+            front.stop()
+        for replica in self.replicas:
+            self.cp.stop_component(replica.name)
+
+    def start_replicas(self) -> None:
+        for replica in self.replicas:
+            self.cp.start_component(replica.name)
+        for front in self.fronts:
+            front.start()
+        self.wait_listening()
+
+    def log_texts(self) -> dict[str, str]:
+        """Each replica's log so far."""
+        paths = self.cp.log_paths()
+        return {r.name: paths[r.name].read_text(errors="replace") for r in self.replicas if r.name in paths}
 
     def restart_metacontroller(self) -> None:
         self.cp.stop_component("metacontroller")
@@ -217,8 +297,10 @@ def apply_world(op: Operator) -> None:
                        "--type=merge", "-p", json.dumps({"status": status}))
 
 
-def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
-    """Install in the documented order; Metacontroller is already running with its CRDs."""
+def start_operator(cp: e2e_cluster.ControlPlane, replicas: int = REPLICAS,
+                   env: dict[str, str] | None = None) -> Operator:
+    """Install in the documented order; Metacontroller is already running with its CRDs. The
+    operator runs as `replicas` processes behind the fronts (`env`: extra settings of each)."""
     assert cp.metacontroller_running, "the e2e suite runs the real Metacontroller"
     cp.create_namespace(NAMESPACE)
     webhook_port, hooks_port = e2e_cluster.free_ports(2)
@@ -230,15 +312,13 @@ def start_operator(cp: e2e_cluster.ControlPlane) -> Operator:
     webhooks = [o for o in objects if o["kind"] != "CompositeController"]
     composite = [o for o in objects if o["kind"] == "CompositeController"]
     cp.apply(webhooks)
-    # 3. the operator
-    cert, key = cp.issue_serving_cert(("127.0.0.1", "localhost"))
-    env = {**cp.env, "MODELDEPLOYMENT_GANG_RELEASE_AFTER_SECONDS": "20",
-           "MODELDEPLOYMENT_ADMISSION_CHECK_KEEPER_SECONDS": "5", "PYTHONUNBUFFERED": "1"}
-    cp.start_process("operator", [str(Path(sys.executable).parent / "modeldeployment"), "serve",
-                                  "--host", "127.0.0.1", "--port", str(webhook_port),
-                                  "--tls-cert", str(cert), "--tls-key", str(key), "--hooks-port", str(hooks_port)],
-                     env=env, cwd=REPO)
-    op = Operator(cp, webhook_port, hooks_port)
+    # 3. the operator: its replicas behind one hooks and one webhook address
+    op = Operator(cp, webhook_port, hooks_port,
+                  fronts=[e2e_front.HttpFront(hooks_port, []), e2e_front.TcpFront(webhook_port, [])])
+    for front in op.fronts:
+        front.start()
+    for _ in range(replicas):
+        op.add_replica(env)
     op.wait_listening()
     # The administrator's world: InstanceTypes (status as an inventory controller fills it), the
     # KV cache pool, backend and binding, the Kueue queues and our AdmissionCheck.

@@ -371,8 +371,8 @@ def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(
                 op.kubectl("annotate", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--overwrite",
                            f"e2e.gpustack.ai/poke={time.monotonic_ns()}")
 
-        operator_log = op.cp.log_paths()["operator"]
-        op.cp.stop_component("operator")
+        logs = [op.cp.log_paths()[r.name] for r in op.replicas]
+        op.stop_replicas()  # every replica down: the hooks address refuses connections
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -380,15 +380,15 @@ def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(
                 assert {p["metadata"]["uid"] for p in op.pods("outage")} == pods
                 time.sleep(3)
         finally:
-            restarted_at = operator_log.stat().st_size
-            op.cp.start_component("operator")
-        op.wait_listening()
+            restarted_at = [log.stat().st_size for log in logs]
+            op.start_replicas()
         # Metacontroller backs off exponentially after failed calls (up to 1000 s); the next event
         # on a child or the parent brings the deployment back at once.
         poke()
         mc_log = op.cp.log_paths()["metacontroller"].read_text(errors="replace")
         assert f"127.0.0.1:{op.hooks_port}" in mc_log and "connection refused" in mc_log
-        op.wait("a sync answered after the outage", lambda: "sync team-a/outage" in _read_from(operator_log, restarted_at), 60)
+        op.wait("a sync answered after the outage",
+                lambda: any("sync team-a/outage" in _read_from(log, at) for log, at in zip(logs, restarted_at)), 60)
         assert {p["metadata"]["uid"] for p in serving(op, "outage")} == pods
         assert {s["metadata"]["uid"] for s in op.get("services", "-n", NAMESPACE,
                                                      "-l", "app.kubernetes.io/instance=outage")["items"]} == services

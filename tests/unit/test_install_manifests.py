@@ -172,3 +172,14 @@ def test_the_base_disruption_budget_never_blocks_a_drain():
     allowed = budget["maxUnavailable"] if "maxUnavailable" in budget else replicas - budget["minAvailable"]
     assert replicas >= 2 and 1 <= allowed < replicas
     assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_the_operator_upgrades_surge_first():
+    """docs/operations.md#upgrade: a new operator Pod is Ready before an old one stops, so the
+    webhooks (which fail closed) keep a Ready endpoint throughout an upgrade."""
+    objects = kustomize(ROOT / "manifests")
+    deployment = next(o for o in objects if o["kind"] == "Deployment"
+                      and o["metadata"]["name"] == "modeldeployment-operator")["spec"]
+    assert deployment["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    chart = (ROOT / "charts" / "modeldeployment" / "templates" / "deployment.yaml").read_text()
+    assert "maxSurge: 1\n      maxUnavailable: 0\n" in chart

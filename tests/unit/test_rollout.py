@@ -16,7 +16,8 @@ from app import vocab
 from app.api.v1 import ModelDeployment
 from app.control import gang
 from app.control import observed as obs
-from app.control.rollout import Action, OrdinalPlan, RolePlan, Situation, _next_incarnations, classify, may_turn_over
+from app.control.memory import next_incarnations
+from app.control.rollout import Action, OrdinalPlan, RolePlan, Situation, classify, may_turn_over
 from app.model.context import RenderOptions, build_context
 from app.render import names
 from app.world import World, related_map
@@ -108,7 +109,7 @@ def test_the_turnover_gates(serving, held, admission_gate, others_not_serving, t
 ])
 def test_next_incarnations_move_past_every_listed_incarnation(previous, observed, expected):
     insts = {o: obs.ObservedInstance(o, [pod(incarnation=k) for k in ks]) for o, ks in observed.items()}
-    assert _next_incarnations(previous, insts) == expected
+    assert next_incarnations(previous, insts) == expected
 
 
 # --- gang ------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def observe(watcher: Watcher, t: float, pods: list[dict[str, Any]]) -> None:
 @pytest.fixture()
 def watcher() -> Watcher:
     return Watcher(None, Ledger(), [], render_options=RenderOptions(), webhook_url="https://127.0.0.1:1",  # type: ignore[arg-type]
-                   webhook_verify=certifi.where(), operator_pid=lambda: None, hooks_url="http://127.0.0.1:1",
+                   webhook_verify=certifi.where(), operators=lambda: [(None, "http://127.0.0.1:1")],
                    scalers=False)
 
 
