@@ -53,6 +53,8 @@ class SyncResult:
     # The joint set reached its release bound: the handler lists the other holders and passes them
     # in (`reconcile(..., peers=...)`); this result stands only when none can be listed.
     needs_peers: bool = False
+    # Each role's plan, for a reader of what the pass decided (`modeldeployment plan`).
+    plans: list[RolePlan] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
-                        needs_peers=joint.needs_peers)
+                        needs_peers=joint.needs_peers, plans=plans)
     if finalizing:
         router_pods = teardown.router_pods_left(request.related)
         if router_pods:
