@@ -109,12 +109,14 @@ def container_stage(pod: KubeObject, status: KubeObject) -> Stage | None:
     waiting_reason = str((waiting or {}).get("reason") or "")
     waiting_message = str((waiting or {}).get("message") or "")
     restarts = status.get("restartCount") if isinstance(status.get("restartCount"), int) else 0
-    last = _dict(status.get("lastState")).get("terminated")
+    # The run that ended: the current state while the kubelet has not restarted it yet, else the last.
+    last = state.get("terminated") if isinstance(state.get("terminated"), dict) else \
+        _dict(status.get("lastState")).get("terminated")
     if waiting_reason in vocab.KUBELET_PULL_REASONS:
         return Stage(vocab.STAGE_PULLING, waiting_reason, f"{where}: {waiting_message or waiting_reason}")
     if waiting_reason in vocab.KUBELET_FAILING_REASONS and waiting_reason != "CrashLoopBackOff":
         return Stage(vocab.STAGE_FAILING, waiting_reason, f"{where}: {waiting_message or waiting_reason}")
-    if restarts and isinstance(last, dict) and not status.get("ready"):
+    if (restarts or state.get("terminated")) and isinstance(last, dict) and not status.get("ready"):
         # Stays Failing through the back-off and the next run alike, until the container is Ready:
         # only the count and the last exit move, on a restart.
         reason = str(last.get("reason") or "Error")

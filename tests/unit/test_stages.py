@@ -131,6 +131,14 @@ def test_an_engine_that_exits_is_failing_with_exit_code_and_restarts_through_its
     assert "exited with code 3" in backing_off.message and "restarted 4 time(s)" in backing_off.message
 
 
+def test_a_container_that_exited_before_its_first_restart_is_failing():
+    status = {"name": "engine", "ready": False, "restartCount": 0,
+              "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+    stage = stages.pod_stage(pod(containers=[status]))
+    assert (stage.stage, stage.reason) == (vocab.STAGE_FAILING, "Error")
+    assert "exited with code 3" in stage.message and "restarted 0 time(s)" in stage.message
+
+
 def test_a_container_the_kubelet_cannot_create_is_failing():
     stage = stages.pod_stage(pod(containers=[waiting("CreateContainerConfigError", "secret \"x\" not found")]))
     assert (stage.stage, stage.reason) == (vocab.STAGE_FAILING, "CreateContainerConfigError")
