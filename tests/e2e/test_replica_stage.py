@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -28,12 +27,11 @@ import yaml
 
 import cluster as e2e_cluster
 import realnode as e2e_realnode
-from md_operator import NAMESPACE, REPO, Operator, start_operator
+from md_operator import NAMESPACE, REPO, Operator
 
 from app import vocab
 
 IT = e2e_realnode.REAL_NODE_INSTANCE_TYPE
-JOINT_CHECK = "gpustack-model-deployment-joint"
 H20 = "gpustack-nvidia-h20-linux-amd64"
 A10G = "gpustack-nvidia-a10g-linux-amd64"
 ABSENT_IMAGE = "localhost/modeldeployment-e2e/engine:absent"
@@ -41,36 +39,18 @@ ABSENT_IMAGE = "localhost/modeldeployment-e2e/engine:absent"
 STUCK_AFTER = 20
 
 
-@contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _real_node_stories() -> Any:
+    """Imported lazily (as test_scale_to_zero does): the stories' operator on the real pool."""
+    import test_real_node_stories as stories
+    return stories
 
 
 @pytest.fixture(scope="module")
 def op(control_plane: e2e_cluster.ControlPlane, real_node: e2e_realnode.RealNode,
        real_pool: e2e_realnode.RealPool) -> Iterator[Operator]:
-    with environ({"MODELDEPLOYMENT_REPLICA_STUCK_AFTER_SECONDS": str(STUCK_AFTER)}):
-        operator = start_operator(control_plane)
-    # The real pool as the product's pools are: its ClusterQueue carries our joint AdmissionCheck.
-    pool = e2e_realnode.RealPool(control_plane, real_node, admission_checks=[JOINT_CHECK]).apply()
-    pool.apply_instance_type()
-    pool.local_queue(NAMESPACE)
-    try:
+    settings = {"MODELDEPLOYMENT_REPLICA_STUCK_AFTER_SECONDS": str(STUCK_AFTER)}
+    with _real_node_stories().operator_on_the_real_pool(control_plane, real_node, real_pool, settings) as operator:
         yield operator
-    finally:
-        try:
-            operator.stop()
-        finally:
-            real_pool.apply()  # the session's queue again (no admission check) for other modules
 
 
 # --- helpers -----------------------------------------------------------------------------------
