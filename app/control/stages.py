@@ -24,6 +24,11 @@ from app.render import names
 # Which of a group's Pods speaks for it: the one furthest from serving for a reason of its own.
 _PRECEDENCE = (vocab.STAGE_FAILING, vocab.STAGE_SCHEDULING, vocab.STAGE_PULLING, vocab.STAGE_STARTING)
 
+# A message and a reason are written as their source gave them, cut to these lengths (the schema
+# allows more): a scheduler's message over many nodes must not make the status too big to store.
+MESSAGE_LIMIT = 2048
+REASON_LIMIT = 128
+
 _LEAVING = {Action.SHED: vocab.STAGE_REASON_SCALE_DOWN, Action.REPLACE: vocab.STAGE_REASON_ROLLOUT,
             Action.SUPERSEDE: vocab.STAGE_REASON_SUPERSEDED, Action.REBUILD: vocab.STAGE_REASON_DEPARTED}
 
@@ -50,8 +55,9 @@ class ReplicaStage:
     since: str
 
     def wire(self) -> KubeObject:
-        out: KubeObject = {"ordinal": self.ordinal, "stage": self.stage.stage, "reason": self.stage.reason,
-                           "message": self.stage.message, "since": self.since}
+        out: KubeObject = {"ordinal": self.ordinal, "stage": self.stage.stage,
+                           "reason": self.stage.reason[:REASON_LIMIT], "message": self.stage.message[:MESSAGE_LIMIT],
+                           "since": self.since}
         if self.stage.started_at is not None:
             out["startedAt"] = self.stage.started_at
         if self.stage.startup_budget_seconds is not None:

@@ -340,3 +340,9 @@ def test_replica_stuck_is_told_once_per_stage_past_the_threshold():
     assert "qwen-chat-server-r0" in events[0].message
     # A later pass names the same occurrences (so nothing new is created): one Event per stage.
     assert [e.name for e in _stuck(_pass(md, observed, related, later(5000), settings))] == [e.name for e in events]
+
+
+def test_a_long_message_is_cut_to_the_limit():
+    stage = stages.Stage(vocab.STAGE_SCHEDULING, "x" * 500, "m" * 100_000)
+    wired = stages.ReplicaStage("server", 0, 0, stage, NOW).wire()
+    assert len(wired["message"]) == stages.MESSAGE_LIMIT and len(wired["reason"]) == stages.REASON_LIMIT
