@@ -120,14 +120,14 @@ def container_stage(pod: KubeObject, status: KubeObject) -> Stage | None:
         _dict(status.get("lastState")).get("terminated")
     if waiting_reason in vocab.KUBELET_PULL_REASONS:
         return Stage(vocab.STAGE_PULLING, waiting_reason, f"{where}: {waiting_message or waiting_reason}")
-    if waiting_reason in vocab.KUBELET_FAILING_REASONS and waiting_reason != "CrashLoopBackOff":
-        return Stage(vocab.STAGE_FAILING, waiting_reason, f"{where}: {waiting_message or waiting_reason}")
     if (restarts or state.get("terminated")) and isinstance(last, dict) and not status.get("ready"):
         # Stays Failing through the back-off and the next run alike, until the container is Ready:
         # only the count and the last exit move, on a restart.
         reason = str(last.get("reason") or "Error")
         return Stage(vocab.STAGE_FAILING, reason,
                      f"{where}: exited with code {last.get('exitCode')} ({reason}); restarted {restarts} time(s)")
+    if waiting_reason in vocab.KUBELET_FAILING_REASONS:
+        return Stage(vocab.STAGE_FAILING, waiting_reason, f"{where}: {waiting_message or waiting_reason}")
     if waiting_reason in vocab.KUBELET_CREATING_REASONS or waiting is not None:
         return Stage(vocab.STAGE_PULLING, vocab.STAGE_REASON_CONTAINER_CREATING,
                      f"{where}: {waiting_reason or 'waiting'}: the kubelet pulls its image and sets it up")

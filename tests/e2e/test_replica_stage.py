@@ -7,8 +7,8 @@ ErrImageNeverPull), an engine that exits at start (Failing, its exit code and re
 slow start (Starting, the startup probe's budget), a replica no node has room for (Scheduling, the
 scheduler's message: the kwok pools place through Kueue's topology-aware scheduling, which keeps a
 replica that fits no node Queued rather than handing it to the scheduler). On the kwok pool: a quota shortfall (Queued, Kueue's message). Then
-`modeldeployment plan` is checked against what the operator then does: a scale-up, an env edit (the
-order the replicas roll in), a scale-down and a refused edit.
+`modeldeployment plan` is checked against what the operator then does: a scale-up, an image edit and
+an env edit (the order the replicas roll in), a scale-down and a refused edit.
 
 Every wait is bound by progress (a stage reached, a Pod created), with room for a loaded machine.
 """
@@ -238,6 +238,27 @@ def all_ready(op: Operator, name: str, replicas: int) -> bool:
         and md["metadata"].get("generation") == md["status"].get("observedGeneration")
 
 
+def roll_as_planned(op: Operator, obj: dict[str, Any], tmp: Any) -> None:
+    """`plan` names r0 now and r1, r2 after it; applied, the operator replaces them in that order."""
+    out = plan(op, obj, tmp)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "replaced now: planned-server-r0" in out.stdout, out.stdout
+    assert "Ready: planned-server-r1, planned-server-r2" in out.stdout, out.stdout
+    before = {o: p["metadata"]["uid"] for o, p in ordinals(op, "planned").items()}
+    apply(op, obj)
+    order: list[int] = []
+
+    def rolled() -> bool:
+        for ordinal, pod in sorted(ordinals(op, "planned").items()):
+            if pod["metadata"]["uid"] != before.get(ordinal) and ordinal not in order:
+                order.append(ordinal)
+        return len(order) == 3
+
+    op.wait("every replica replaced", rolled, 300, 0.5)
+    assert order == [0, 1, 2], order
+    op.wait("planned Ready after the roll", lambda: all_ready(op, "planned", 3), 240, 2)
+
+
 def test_plan_agrees_with_what_the_operator_then_does(op: Operator, tmp_path: Any) -> None:
     obj = kwok_md("planned", 2)
     apply(op, obj)
@@ -254,25 +275,12 @@ def test_plan_agrees_with_what_the_operator_then_does(op: Operator, tmp_path: An
         op.wait("planned scaled to 3 and Ready", lambda: all_ready(op, "planned", 3), 240, 2)
         assert ordinals(op, "planned").keys() == {0, 1, 2}
 
-        # An env edit: r0 now, then r1, r2 one at a time; the operator replaces them in that order.
+        # An image edit, then an env edit: r0 now, then r1, r2 one at a time; the operator replaces
+        # them in that order.
+        obj["spec"]["roles"][0]["image"] = "example.com/engine:v2"
+        roll_as_planned(op, obj, tmp_path)
         obj["spec"]["roles"][0]["env"] = [{"name": "EXTRA_FLAG", "value": "1"}]
-        out = plan(op, obj, tmp_path)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert "replaced now: planned-server-r0" in out.stdout, out.stdout
-        assert "Ready: planned-server-r1, planned-server-r2" in out.stdout, out.stdout
-        before = {o: p["metadata"]["uid"] for o, p in ordinals(op, "planned").items()}
-        apply(op, obj)
-        order: list[int] = []
-
-        def rolled() -> bool:
-            for ordinal, pod in sorted(ordinals(op, "planned").items()):
-                if pod["metadata"]["uid"] != before.get(ordinal) and ordinal not in order:
-                    order.append(ordinal)
-            return len(order) == 3
-
-        op.wait("every replica replaced", rolled, 300, 0.5)
-        assert order == [0, 1, 2], order
-        op.wait("planned Ready after the roll", lambda: all_ready(op, "planned", 3), 240, 2)
+        roll_as_planned(op, obj, tmp_path)
 
         # A scale-down: the plan sheds r1 and r2, and the operator removes exactly those.
         obj["spec"]["roles"][0]["replicas"] = 1
