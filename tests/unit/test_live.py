@@ -127,3 +127,28 @@ def test_kubectl_md_is_the_same_cli_under_kubectls_name():
     with redirect_stdout(out), pytest.raises(SystemExit):
         cli.main(["--help"], prog="kubectl md")
     assert out.getvalue().startswith("usage: kubectl md")
+
+
+def test_watch_prints_the_table_again_only_when_it_changes(monkeypatch: pytest.MonkeyPatch):
+    """--watch reads every interval and prints only a table that differs from the last one."""
+    view = steady_view(parent("qwen-chat"))
+    changed = copy.deepcopy(view)
+    changed.md["status"]["phase"] = "Degraded"
+    reads = iter([view, view, changed])
+    monkeypatch.setattr(live, "_live", lambda args: (None, "team-a"))
+    monkeypatch.setattr(live, "read_view", lambda config, namespace, name: next(reads))
+    monkeypatch.setattr(live, "utc_now", lambda: NOW)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(live.time, "sleep", sleep)
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(KeyboardInterrupt):
+        live.cmd_status(cli.parser().parse_args(["status", "qwen-chat", "--watch", "--interval", "0.5"]))
+    tables = out.getvalue().strip().split("\n\n")
+    assert len(tables) == 2 and ": Ready" in tables[0] and ": Degraded" in tables[1]
+    assert sleeps == [0.5, 0.5, 0.5]
