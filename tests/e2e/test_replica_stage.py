@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -147,6 +148,11 @@ def test_pulling_failing_and_starting_show_in_the_status_and_the_cli(op: Operato
         # The same, through `modeldeployment status`.
         row = status_row(op, "pull")
         assert row[2:4] == [vocab.STAGE_PULLING, "ErrImageNeverPull"] and row[6] == e2e_realnode.REAL_NODE_NAME, row
+        # As a kubectl plugin: kubectl finds `kubectl-md` (installed with the package) on PATH.
+        plugin = subprocess.run([str(op.cp.kubectl_path), "md", "status", "pull", "-n", NAMESPACE,
+                                 "--kubeconfig", str(op.cp.kubeconfig)], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        assert plugin.returncode == 0 and "ErrImageNeverPull" in plugin.stdout, plugin.stdout + plugin.stderr
         row = status_row(op, "crash")
         assert row[2:4] == [vocab.STAGE_FAILING, "Error"], row
         row = status_row(op, "slow")
