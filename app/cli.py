@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from app import live
 from app import logs, vocab
 from app.admission import files
 from app.api.hooks import HookRequest
@@ -292,6 +293,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return validate_offline(args.file, args.world, args.old)
 
 
+# --- a live cluster: status and plan (docs/operations.md#why-is-it-not-serving) ------------------
+
+
+def _live_parsers(sub: Any) -> None:
+    def common(command: Any) -> None:
+        command.add_argument("-n", "--namespace", default=None,
+                             help="the deployment's namespace (default: the kubeconfig context's, else default)")
+        command.add_argument("--kubeconfig", type=Path, default=None, metavar="FILE",
+                             help="the kubeconfig to read (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+
+    status = sub.add_parser("status", help="a live deployment's roles and replicas: stage, reason, age, Pods, node",
+                            formatter_class=_Formatter,
+                            description="Read a ModelDeployment from the cluster (kubeconfig as kubectl reads it) and "
+                                        "print every replica: its stage and reason (status.roles[].notReady, "
+                                        "docs/status.md#replica-stages), since when, its Pods and node. Reads only.")
+    status.add_argument("name", help="the ModelDeployment's name")
+    status.add_argument("-w", "--watch", action="store_true", help="print the table again whenever it changes")
+    status.add_argument("--interval", type=float, default=2.0, help="--watch: seconds between reads (default 2)")
+    common(status)
+    status.set_defaults(func=live.cmd_status)
+    plan = sub.add_parser("plan", help="what the operator will do with an edit, without writing anything",
+                          formatter_class=_Formatter,
+                          description="Compare a file's ModelDeployment with the live one: the webhooks' verdict on "
+                                      "the update, then the sync hook's own planner on the live Pods and Workloads: "
+                                      "replicas added or shed, replaced now, and rolled after them in order. Writes "
+                                      "nothing. Exit 0 allowed, 1 refused.")
+    plan.add_argument("-f", "--file", type=Path, required=True, help="a YAML file holding one ModelDeployment")
+    common(plan)
+    plan.set_defaults(func=live.cmd_plan)
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """The descriptions' line breaks kept (each flag's help states its default and variable)."""
 
@@ -377,6 +409,7 @@ def parser() -> argparse.ArgumentParser:
     crds.add_argument("--out", type=Path, action="append", default=None, metavar="DIR",
                       help="directory to write into (repeatable); default: manifests/crds and the chart's crds/")
     crds.set_defaults(func=cmd_crds)
+    _live_parsers(sub)
     return root
 
 
@@ -398,8 +431,15 @@ def settings(**overrides: Any) -> Settings:
         raise UsageError(_settings_problem(exc)) from exc
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)  # a usage error: argparse prints it and exits 2
+def kubectl_main() -> int:
+    """`kubectl md …`: kubectl runs the `kubectl-md` executable with the rest of the command line."""
+    return main(prog="kubectl md")
+
+
+def main(argv: list[str] | None = None, prog: str = "modeldeployment") -> int:
+    root = parser()
+    root.prog = prog
+    args = root.parse_args(argv)  # a usage error: argparse prints it and exits 2
     try:
         configured = settings()
         try:
@@ -407,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             raise UsageError(f"{exc} — set it to one of them, or unset it (INFO)") from exc
         return int(args.func(args) or 0)
-    except (UsageError, files.InputError) as exc:
+    except (UsageError, files.InputError, live.LiveError) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     kube: str = "auto"
     kubeconfig: Path | None = None
     gang_release_after_seconds: float = 600.0
+    # A replica this long in one non-Ready stage gets one ReplicaStuck Warning (docs/status.md#events).
+    replica_stuck_after_seconds: float = Field(default=600.0, gt=0)
     admission_check_keeper_seconds: float = 60.0
     # How long a stopping service waits for the teardowns it carries out after a finalize's answer
     # (docs/metacontroller.md#finalize), after the requests in flight (Metacontroller's hook timeout,

@@ -319,6 +319,25 @@ REASON_RESOLVED = "Resolved"
 REASON_ARTIFACT_NOT_FOUND = "ArtifactNotFound"
 REASON_ARTIFACT_NOT_RESOLVED = "ArtifactNotResolved"
 
+# --- Replica stages, then our reasons by stage: status.roles[].notReady[] (docs/status.md#replica-stages) ---
+STAGE_QUEUED, STAGE_ADMITTING, STAGE_SCHEDULING, STAGE_PULLING = "Queued", "Admitting", "Scheduling", "Pulling"
+STAGE_STARTING, STAGE_FAILING, STAGE_LEAVING = "Starting", "Failing", "Leaving"
+STAGE_REASON_HELD, STAGE_REASON_CREATING, STAGE_REASON_POD_GROUP_INCOMPLETE = "Held", "Creating", "PodGroupIncomplete"
+STAGE_REASON_NO_WORKLOAD, STAGE_REASON_QUOTA_PENDING, STAGE_REASON_EVICTED = "NoWorkload", "QuotaPending", "Evicted"
+STAGE_REASON_ADMISSION_CHECK, STAGE_REASON_ADMISSION_GATED = "AdmissionCheckPending", "AdmissionGated"
+STAGE_REASON_TOPOLOGY_GATED, STAGE_REASON_UNSCHEDULABLE = "TopologyGated", "Unschedulable"
+STAGE_REASON_NOT_SCHEDULED, STAGE_REASON_CONTAINER_CREATING = "NotScheduled", "ContainerCreating"
+STAGE_REASON_STARTUP_PROBE, STAGE_REASON_READINESS_PROBE = "StartupProbe", "ReadinessProbe"
+STAGE_REASON_POD_NOT_READY, STAGE_REASON_SCALE_DOWN, STAGE_REASON_ROLLOUT = "PodNotReady", "ScaleDown", "Rollout"
+STAGE_REASON_SUPERSEDED, STAGE_REASON_DEPARTED = "Superseded", "Departed"
+# The kubelet's waiting reasons by the stage they mean, and the Pod's scheduling condition.
+KUBELET_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                        "ImageInspectError", "RegistryUnavailable", "SignatureValidationFailed")
+KUBELET_CREATING_REASONS, POD_COND_SCHEDULED = ("ContainerCreating", "PodInitializing"), "PodScheduled"
+KUBELET_FAILING_REASONS = ("CrashLoopBackOff", "CreateContainerError", "CreateContainerConfigError",
+                           "RunContainerError", "PreCreateHookError", "PostStartHookError", "PreStartHookError")
+MAX_LISTED_NOT_READY, DEFAULT_REPLICA_STUCK_SECONDS = 8, 600.0  # listed per role; a stage this long is stuck
+
 # --- Events ----------------------------------------------------------------------------------
 
 EVENT_RUNTIME_VERSION_SKEW = "RuntimeVersionSkew"
@@ -340,6 +359,8 @@ EVENT_NAME_UNGATE_STALL = "ungate-stall"
 # differently (the Workload already gone, the role scaled down meanwhile) repeats the same name,
 # and the Event is created once.
 EVENT_NAME_REPLICA_DEPARTURE = "replica-departure"
+# A replica stayed in one non-Ready stage past the threshold (docs/status.md#events), once per stage.
+EVENT_REPLICA_STUCK, EVENT_NAME_REPLICA_STUCK = "ReplicaStuck", "replica-stuck"
 
 # How long an older operator defers to a newer render revision's status.newestRender record after
 # that version's last renewal (docs/operations.md#upgrading-the-operator): three resync periods, so

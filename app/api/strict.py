@@ -116,6 +116,12 @@ class _Object(TypedDict, total=False):
     status: Optional[_ObjectStatus]
 
 
+class _NotReady(TypedDict, total=False):
+    ordinal: Int64
+    stage: str
+    since: str
+
+
 class _RoleStatus(TypedDict, total=False):
     name: str
     kind: Optional[str]
@@ -123,6 +129,7 @@ class _RoleStatus(TypedDict, total=False):
     ready: Optional[Int64]
     quotaReserved: Optional[Int64]
     admitted: Optional[Int64]
+    notReady: Optional[list[_NotReady]]
 
 
 class _ParentStatus(TypedDict, total=False):

@@ -335,6 +335,23 @@ class Condition(KubeModel):
     observed_generation: int | None = None
 
 
+class ReplicaStageStatus(KubeModel):
+    """A replica that is not Ready: where it is and why, from the source that knows
+    (docs/status.md#replica-stages)."""
+
+    ordinal: int = Field(ge=0, description="The replica's ordinal in its role.")
+    stage: Literal["Queued", "Admitting", "Scheduling", "Pulling", "Starting", "Failing", "Leaving"] = Field(
+        description="Queued, Admitting, Scheduling, Pulling, Starting, Failing or Leaving.")
+    reason: str = Field(max_length=128, description="A machine-readable reason within the stage.")
+    message: str = Field(max_length=32768, description="What the source that knows says (Kueue, the scheduler, "
+                         "the kubelet), naming the Pod or Workload.")
+    since: str = Field(description="When the replica entered this stage (moves only when the stage does).")
+    started_at: str | None = Field(default=None, description="Starting under a startup probe: when the container "
+                                   "started.")
+    startup_budget_seconds: int | None = Field(default=None, ge=0, description="Starting under a startup probe: "
+                                               "how long the probe lets it start.")
+
+
 class RoleStatus(KubeModel):
     name: str
     kind: RoleKind
@@ -354,6 +371,13 @@ class RoleStatus(KubeModel):
         description="Per replica ordinal, the incarnation its next new instance gets (a size-1 Pod is "
         "named after it, so a replacement never reuses a departed Pod's name). Written by the operator.",
     )
+    not_ready: list[ReplicaStageStatus] | None = Field(
+        default=None, max_length=vocab.MAX_LISTED_NOT_READY,
+        description="The replicas that are not Ready (each with its stage, reason, message and since when), "
+        "the first by ordinal; notReadyUnlisted counts the rest.",
+    )
+    not_ready_unlisted: int | None = Field(default=None, ge=0,
+                                           description="Not-Ready replicas beyond those listed in notReady.")
 
 
 class KVCacheDomain(KubeModel):

@@ -12,6 +12,7 @@ from typing import Any
 from app import vocab
 from app.api.objects import KubeObject, ObservedGroups
 from app.api.v1 import ModelDeployment, RouterSpec
+from app.control import stages as replica_stages
 from app.control.rollout import Action, RolePlan
 from app.engines.common import KV_EVENT_PRODUCER_KINDS
 from app.engines.registry import engine_of
@@ -250,9 +251,10 @@ def _phase(md: ModelDeployment, finalizing: bool, all_ready: bool, ready_by_role
     return vocab.PHASE_STARTING, "replicas are starting"
 
 
-def role_status(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> dict[str, Any]:
-    """One `status.roles[]` entry: the declared replicas' counts, the render's plain facts, and
-    the KV-event endpoints of a publishing role."""
+def role_status(ctx: DeploymentContext, render: RoleRender, plan: RolePlan,
+                stages: replica_stages.RoleStages | None = None) -> dict[str, Any]:
+    """One `status.roles[]` entry: the declared replicas' counts, the render's plain facts, the
+    KV-event endpoints of a publishing role, and its not-Ready replicas (docs/status.md#replica-stages)."""
     declared = [p for p in plan.ordinals if p.action != Action.SHED and p.ordinal < render.role.replicas]
     entry: dict[str, Any] = {
         "name": render.role.name,
@@ -271,6 +273,8 @@ def role_status(ctx: DeploymentContext, render: RoleRender, plan: RolePlan) -> d
         entry["kvEventsTopic"] = "kv@"
     if plan.next_incarnations:
         entry["nextIncarnations"] = plan.next_incarnations
+    if stages is not None:
+        entry.update(replica_stages.wire(stages))
     return entry
 
 
@@ -303,15 +307,18 @@ def conditions(ctx: DeploymentContext, renders: list[RoleRender], plans: list[Ro
 
 
 def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[RolePlan],
-                 children: ObservedGroups, *, finalizing: bool, now: str, stall_note: str = "") -> KubeObject:
+                 children: ObservedGroups, *, finalizing: bool, now: str, stall_note: str = "",
+                 stages: list[replica_stages.RoleStages] | None = None) -> KubeObject:
     """The status from this pass's renders and plans and the observed children (the router's
     Deployment). A finalizing pass renders no router, so it reports none. `stall_note` (a replica
     Kueue admitted and never placed, app/control/stalls.py) is added to the phase message of a
-    deployment that is not Ready."""
+    deployment that is not Ready; `stages` (app/control/stages.py), per role, its not-Ready replicas."""
     router = None if finalizing else ctx.md.spec.router
     observed_router = router_observed_ready(ctx, children) if router is not None else None
     ready_routers = None if router is None else observed_router or 0
-    role_statuses = [role_status(ctx, render, plan) for render, plan in zip(renders, plans)]
+    per_role = stages if stages is not None else [None] * len(plans)
+    role_statuses = [role_status(ctx, render, plan, role_stages)
+                     for render, plan, role_stages in zip(renders, plans, per_role)]
     ready_by_kind: dict[str, int] = {}
     for entry in role_statuses:
         ready_by_kind[entry["kind"]] = ready_by_kind.get(entry["kind"], 0) + entry["ready"]

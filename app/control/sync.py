@@ -13,7 +13,7 @@ from app import vocab
 from app.api.hooks import HookRequest
 from app.api.objects import KubeObject
 from app.api.v1 import ModelDeployment, Role
-from app.control import endpoint, gang, skew, stalls, status, teardown
+from app.control import endpoint, gang, skew, stages, stalls, status, teardown
 from app.control import observed as obs
 from app.control import bounds
 from app.control.bounds import too_many_pods
@@ -40,6 +40,8 @@ class SyncSettings:
     max_pods_per_deployment: int = vocab.DEFAULT_MAX_PODS_PER_DEPLOYMENT
     # The activator's Pods, for the endpoint switch (docs/scale-to-zero.md#the-endpoint-switch).
     activator: endpoint.ActivatorAddresses = field(default_factory=endpoint.ActivatorAddresses)
+    # A replica this long in one non-Ready stage gets one ReplicaStuck Warning (docs/status.md#events).
+    replica_stuck_after_seconds: float = vocab.DEFAULT_REPLICA_STUCK_SECONDS
 
 
 @dataclass
@@ -52,6 +54,8 @@ class SyncResult:
     # The joint set reached its release bound: the handler lists the other holders and passes them
     # in (`reconcile(..., peers=...)`); this result stands only when none can be listed.
     needs_peers: bool = False
+    # Each role's plan, for a reader of what the pass decided (`modeldeployment plan`).
+    plans: list[RolePlan] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,10 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
 
     ungate_stalls: list[stalls.UngateStall] = []
     joint = gang.GangDecision()
+    replica_stages = [stages.role_stages(ctx, plan, observed_pods.get(plan.role, {}), now=now) for plan in plans]
     if not finalizing:
+        intents.extend(stages.stuck_events(ctx, replica_stages, now=now,
+                                           after_seconds=settings.replica_stuck_after_seconds))
         children.extend(render_router(ctx, renders))
         joint = gang.decide(ctx, plans, now=now, release_after_seconds=settings.gang_release_after_seconds,
                             peers=peers)
@@ -204,7 +211,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         intents.extend(stalls.events(ctx, ungate_stalls))
 
     result_status = status.build_status(ctx, renders, plans, request.children, finalizing=finalizing, now=now,
-                                        stall_note=stalls.phase_note(ctx, ungate_stalls))
+                                        stall_note=stalls.phase_note(ctx, ungate_stalls), stages=replica_stages)
     if joint.record is not None:
         result_status["jointAdmission"] = joint.record
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
@@ -212,7 +219,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         result_status["newestRender"] = _newest_render(ctx, result_status, now)
     result = SyncResult(status=result_status, children=children, intents=intents,
                         resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
-                        needs_peers=joint.needs_peers)
+                        needs_peers=joint.needs_peers, plans=plans)
     if finalizing:
         router_pods = teardown.router_pods_left(request.related)
         if router_pods:

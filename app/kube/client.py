@@ -15,7 +15,7 @@ import httpx2
 from lightkube import ALL_NS, AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.resources.core_v1 import Event
+from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from app import vocab
@@ -104,7 +104,11 @@ class Kube:
 
     async def world_for(self, md: ModelDeployment, *, instance_types_only: bool = False) -> World:
         """Every object one deployment's admission reads, fetched live (no cache decides admission);
-        with `instance_types_only`, only its roles' InstanceTypes (what the mutating webhook reads).
+        with `instance_types_only`, only its roles' InstanceTypes (what the mutating webhook reads)."""
+        return World.of(await self.world_objects(md, instance_types_only=instance_types_only))
+
+    async def world_objects(self, md: ModelDeployment, *, instance_types_only: bool = False) -> list[KubeObject]:
+        """The objects of `world_for`, as read.
 
         One round trip: the Binding names its pool and the pool its backend, so pools and backends
         (cluster-scoped and few) are listed beside the Binding rather than fetched after it."""
@@ -126,7 +130,28 @@ class Kube:
         objects: list[KubeObject] = [o for o in results[:len(reads)] if o]
         for listed in results[len(reads):]:
             objects.extend(listed)
-        return World.of(objects)
+        return objects
+
+    async def deployment_view(self, namespace: str, name: str) -> tuple[KubeObject | None, list[KubeObject],
+                                                                         list[KubeObject], list[KubeObject]]:
+        """One deployment as `modeldeployment status|plan` reads it: the object (None when absent),
+        its Pods, the namespace's Workloads and the objects its render reads."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                md = await self._get(ModelDeploymentRes, name, namespace)
+                if md is None:
+                    return None, [], [], []
+                selector: dict[str, Any] = {vocab.LABEL_INSTANCE: name}
+                pods = [{"apiVersion": vocab.CORE_API_VERSION, "kind": vocab.KIND_POD, **_plain(p)}
+                        async for p in self.client.list(Pod, namespace=namespace, labels=selector)]
+                workloads = [{"apiVersion": vocab.KUEUE_API_VERSION, "kind": vocab.KIND_WORKLOAD, **_plain(w)}
+                             async for w in self.client.list(WorkloadRes, namespace=namespace)]
+            world = await self.world_objects(ModelDeployment.model_validate(md))
+        except (httpx2.HTTPError, OSError, TimeoutError) as exc:
+            raise ClusterUnreachable(f"the API server could not be reached: {exc or type(exc).__name__}") from exc
+        except ApiError as exc:
+            raise ClusterUnreachable(f"the API server refused a read: {exc.status.message}") from exc
+        return md, pods, workloads, world
 
     async def scaler_world(self, namespace: str, deployment: str) -> tuple[KubeObject | None, list[KubeObject]]:
         """What a scaler's admission reads, live: its deployment (None when absent) and the namespace's scalers."""

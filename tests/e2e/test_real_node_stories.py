@@ -316,24 +316,33 @@ FLEET = {
 }
 
 
-@pytest.fixture(scope="module")
-def op(control_plane: e2e_cluster.ControlPlane, real_node: e2e_realnode.RealNode,
-       real_pool: e2e_realnode.RealPool) -> Iterator[Operator]:
-    with environ(SMALL_ROUTER):
+@contextmanager
+def operator_on_the_real_pool(control_plane: e2e_cluster.ControlPlane, real_node: e2e_realnode.RealNode,
+                              real_pool: e2e_realnode.RealPool, settings: dict[str, str]) -> Iterator[Operator]:
+    """The operator started with `settings` in its environment, and the real pool as the product's
+    pools are: its ClusterQueue carries our joint AdmissionCheck. Afterwards the operator is
+    uninstalled and the session's queue (no admission check) is back for other modules."""
+    with environ(settings):
         operator = start_operator(control_plane)
-    # The real pool as the product's pools are: its ClusterQueue carries our joint AdmissionCheck.
     pool = e2e_realnode.RealPool(control_plane, real_node, admission_checks=[JOINT_CHECK]).apply()
     pool.apply_instance_type()
     pool.local_queue(NAMESPACE)
-    for obj in FLEET.values():
-        apply(operator, obj)
     try:
         yield operator
     finally:
         try:
             operator.stop()
         finally:
-            real_pool.apply()  # the session's queue again (no admission check) for other modules
+            real_pool.apply()
+
+
+@pytest.fixture(scope="module")
+def op(control_plane: e2e_cluster.ControlPlane, real_node: e2e_realnode.RealNode,
+       real_pool: e2e_realnode.RealPool) -> Iterator[Operator]:
+    with operator_on_the_real_pool(control_plane, real_node, real_pool, SMALL_ROUTER) as operator:
+        for obj in FLEET.values():
+            apply(operator, obj)
+        yield operator
 
 
 @pytest.fixture(scope="module")

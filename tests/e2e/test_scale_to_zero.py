@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import cluster as e2e_cluster
-from md_operator import NAMESPACE, Operator, start_operator
+from md_operator import NAMESPACE, Operator
 
 H20 = "gpustack-nvidia-h20-linux-amd64"  # 2 kwok nodes of 8 cards: a ClusterQueue of 16
 WAKE_REQUESTED = "modeldeployment.gpustack.ai/wake-requested"
@@ -185,14 +185,14 @@ def op(control_plane: e2e_cluster.ControlPlane, real_node: Any, real_pool: Any) 
     (where Pod IPs and ClusterIPs are reachable), listening on the node's address; a selector-less
     `modeldeployment-activator` Service with an EndpointSlice of that address stands for its
     Deployment, and the operator reads it as it reads the installed one."""
-    import realnode as e2e_realnode
-
     stories = _real_node_stories()
-    with stories.environ({**stories.SMALL_ROUTER, "MODELDEPLOYMENT_ACTIVATOR_NAMESPACE": NAMESPACE}):
-        operator = start_operator(control_plane)
-    pool = e2e_realnode.RealPool(control_plane, real_node, admission_checks=[stories.JOINT_CHECK]).apply()
-    pool.apply_instance_type()
-    pool.local_queue(NAMESPACE)
+    settings = {**stories.SMALL_ROUTER, "MODELDEPLOYMENT_ACTIVATOR_NAMESPACE": NAMESPACE}
+    with stories.operator_on_the_real_pool(control_plane, real_node, real_pool, settings) as operator:
+        _start_activator(control_plane, real_node, operator)
+        yield operator
+
+
+def _start_activator(control_plane: e2e_cluster.ControlPlane, real_node: Any, operator: Operator) -> None:
     env = {**control_plane.env, "MODELDEPLOYMENT_ACTIVATOR_HOST": real_node.node_ip,
            "MODELDEPLOYMENT_ACTIVATOR_POLL_SECONDS": "0.5", "MODELDEPLOYMENT_ACTIVATOR_WAKE_INTERVAL_SECONDS": "5",
            "PYTHONUNBUFFERED": "1"}
@@ -209,13 +209,6 @@ def op(control_plane: e2e_cluster.ControlPlane, real_node: Any, real_pool: Any) 
                      "addressType": "IPv4",
                      "endpoints": [{"addresses": [real_node.node_ip], "conditions": {"ready": True}}],
                      "ports": [{"name": "proxy", "port": ACTIVATOR_PORT, "protocol": "TCP"}]})
-    try:
-        yield operator
-    finally:
-        try:
-            operator.stop()
-        finally:
-            real_pool.apply()
 
 
 def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engine(

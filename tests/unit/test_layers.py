@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("admission/kube", ("app.admission", "app.kube", "app.settings")),
     ("activator", ("app.activator",)),
     ("web", ("app.web",)),
-    ("entry points", ("app.cli", "app.main")),
+    ("entry points", ("app.cli", "app.live", "app.main")),
 ]
 
 

@@ -15,6 +15,8 @@ package main
 //	STUB_LISTEN_PORT      listen here instead of the rendered --port (local tests)
 //	STUB_LEADER_PORT      a follower dials its leader here instead of the rendered --port (local tests)
 //	STUB_DRAIN_SECONDS    on SIGTERM, how long in-flight requests may finish (default 20)
+//	STUB_EXIT_CODE        exit at once with this code after reading the command line (an engine that
+//	                      fails at start: the kubelet restarts it into CrashLoopBackOff); unset: serve
 
 import (
 	"bufio"
@@ -277,6 +279,10 @@ type engineState struct {
 
 func runEngine(kind engineKind, args []string) {
 	cfg := readEngineConfig(kind, args)
+	if code := os.Getenv("STUB_EXIT_CODE"); code != "" {
+		log.Printf("%s stub: exiting with code %s (STUB_EXIT_CODE)", kind.name, code)
+		os.Exit(envInt("STUB_EXIT_CODE", 1))
+	}
 	s := &engineState{cfg: cfg, prefilledBy: map[string]int{}, followers: map[int]map[string]any{},
 		leader: map[string]any{}}
 	if n := envInt("STUB_MAX_RUNNING", 0); n > 0 {
