@@ -1,17 +1,20 @@
 """Parking and waking end to end (docs/scale-to-zero.md): a deployment scaled to zero gives its quota
 back to the queue and wakes as one set through Kueue's joint admission.
 
-The quota stories run on the kwok pools (Pods never run for real there, but Kueue, the scheduler,
-Metacontroller and our hooks and webhooks are all real). A wake is asked the way the activator asks
-it: the scaler's wake-requested annotation, which the scaler's own pass turns into its units.
+The quota story runs on the kwok pools (Pods never run for real there, but Kueue, the scheduler,
+Metacontroller and our hooks and webhooks are all real): a client's request to the parked endpoint is
+held by the activator, which asks for the wake (the scaler's wake-requested annotation, which the
+scaler's own pass turns into its units). The real node's stories go on to answer the held requests
+with the stub engine: a wake, a wake on a full pool, an activator killed, a P/D pair woken under a
+client loop, idleAfter on the engines' own counters, and a real HPA over a parking scaler.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,7 +41,7 @@ def parking_scaler(name: str, units: int) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"deploymentRef": {"name": name},
                      "roles": [{"name": "prefill", "ratio": 1}, {"name": "decode", "ratio": 1}],
-                     "replicas": units, "scaleToZero": {"idleAfter": "1h", "wakeReplicas": 1, "wakeTimeout": "5m"}}}
+                     "replicas": units, "scaleToZero": {"idleAfter": "1h", "wakeReplicas": 1, "wakeTimeout": "1m"}}}
 
 
 def ready_by_role(op: Operator, name: str) -> dict[str, int]:
@@ -58,7 +61,7 @@ def workloads_of(op: Operator, name: str) -> list[dict[str, Any]]:
     return [w for w in items if w["metadata"]["name"] in groups]
 
 
-def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Operator) -> None:
+def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Operator, real_node: Any) -> None:
     # The H20 ClusterQueue holds 16 cards (2 nodes of 8): the pair takes all of them (8 + 8); "queued"
     # asks for 8 and waits until the pair parks. The woken pair then needs 16 with 8 free: its
     # prefill alone would fit, and the joint admission check keeps it queued with its decoder.
@@ -93,17 +96,35 @@ def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Op
         assert scaler["status"]["phase"] == "Parked" and scaler["status"].get("parkedSince")
         assert "Parked" in op.kubectl("get", "mds", "sleepy", "-n", NAMESPACE).stdout
 
-        # Wake as the activator asks: the scaler's pass sets wakeReplicas, and the pair's two new
-        # replicas queue as one set while the pool is full: neither role runs alone.
-        now = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        op.kubectl("annotate", "mds/sleepy", "-n", NAMESPACE, f"{WAKE_REQUESTED}={now}", "--overwrite")
+        # Wake as a client does: a request to the parked endpoint (from the real node's network
+        # namespace, where ClusterIPs route) is held by the activator, which asks for the wake; the
+        # scaler's pass sets wakeReplicas, and the pair's two new replicas queue as one set while
+        # the pool is full: neither role runs alone. The held request gets 503 with Retry-After and
+        # the reason at wakeTimeout (the kwok Pods could not answer it anyway: their IPs are fake).
+        stories = _real_node_stories()
+        parked = stories.md_when(op, "sleepy", "sleepy's endpoint on the activator",
+                                 lambda m: (m.get("status") or {}).get("endpointRoute") == "Activator", 120)
+        base = stories.endpoint_base(op, real_node, parked)
+        outcome: dict[str, Any] = {}
+        body = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        client = threading.Thread(target=lambda: outcome.update(
+            answer=stories.request(real_node, f"{base}/v1/chat/completions", body, timeout=150)))
+        client.start()
         op.wait("the scaler woke to 1 unit", lambda: op.get("mds", "sleepy", "-n", NAMESPACE)["spec"]["replicas"] == 1,
                 120)
+        asked = op.get("mds", "sleepy", "-n", NAMESPACE)["metadata"]["annotations"].get(WAKE_REQUESTED)
+        assert asked, "the activator did not ask for the wake"
         op.wait("the wake's replicas declared",
                 lambda: [r["replicas"] for r in op.md("sleepy")["spec"]["roles"]] == [1, 1], 120)
         for _ in range(8):
             assert ready_by_role(op, "sleepy") == {}, "half of a pair woke on a full pool"
             time.sleep(2)
+        client.join(timeout=160)
+        assert not client.is_alive(), "the held request hung past wakeTimeout"
+        refused = outcome["answer"]
+        assert refused["status"] == 503 and int(header(refused, "Retry-After") or 0) > 0, refused
+        assert "ClusterQueue" in json.loads(refused["body"])["error"]["message"], refused["body"]
+        assert ready_by_role(op, "sleepy") == {}, "half of a pair woke on a full pool"
         # Quota frees: the whole pair is admitted and serves.
         delete(op, "md", "queued")
         op.wait("sleepy woken and serving", lambda: ready_by_role(op, "sleepy") == {"prefill": 1, "decode": 1}, 180)
