@@ -506,6 +506,9 @@ LABEL_ENDPOINT_PARKED = "modeldeployment.gpustack.ai/endpoint-parked"
 # Engine request counters read for idleness (Prometheus text on the engine's serving port; names
 # checked against vLLM's v1 metrics and SGLang 0.5.2's sglang/srt/metrics/collector.py). A counter
 # that moved, or a request running or queued, is a request (docs/scale-to-zero.md#idle-after).
+# SGLang serves those counters only with this flag (sglang/srt/arg_groups/fields/observability.py
+# `enable_metrics`, off by default); every SGLang role renders it (docs/engines.md#sglang-metrics).
+SGLANG_METRICS_FLAG = "--enable-metrics"
 IDLENESS_COUNTERS = ("vllm:request_success_total", "sglang:num_requests_total")
 IDLENESS_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
                    "sglang:num_running_reqs", "sglang:num_queue_reqs")

@@ -30,8 +30,9 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -142,25 +143,43 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 2), "min": round(min(values), 2), "max": round(max(values), 2)}
 
 
-def run(pods: int, count: int, rate: float, replica_counts: list[int]) -> dict[str, Any]:
-    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
-                               "rate_per_s": rate, "pre_stop_seconds": getattr(vocab, "ENGINE_PRE_STOP_SECONDS", None),
-                               "probe_periods": {
-                                   "startup_s": vocab.STARTUP_PERIOD_SECONDS, "readiness_s": 5}}
+@contextmanager
+def operated_real_node(results: dict[str, Any], env: dict[str, str] | None = None,
+                       ) -> Iterator[tuple[e2e_cluster.ControlPlane, md_operator.Operator]]:
+    """A control plane of its own with the real node, the operator (started under `env` beside the
+    small router settings) and the real pool under our joint check; `results` gets the machine's
+    load before and after, the start and finish, and the time the cluster took to come up. The work
+    directory is kept when the body failed."""
+    results.update({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()})
     cp = e2e_cluster.ControlPlane(bin_dir=e2e_cluster.ensure_built(), real_node=True)
     failed = True
     try:
         t0 = time.monotonic()
         cp.start()
         assert cp.real_node is not None
-        with stories.environ(stories.SMALL_ROUTER):
+        with stories.environ({**stories.SMALL_ROUTER, **(env or {})}):
             op = md_operator.start_operator(cp)
         pool = e2e_realnode.RealPool(cp, cp.real_node, admission_checks=[stories.JOINT_CHECK]).apply()
         pool.apply_instance_type()
         pool.local_queue(NAMESPACE)
         results["control_plane_up_s"] = round(time.monotonic() - t0, 1)
         log(f"control plane, real node and operator up in {results['control_plane_up_s']} s")
+        yield cp, op
+        op.stop()
+        failed = False
+    finally:
+        results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        cp.stop(keep_work_dir=failed)
+
+
+def run(pods: int, count: int, rate: float, replica_counts: list[int]) -> dict[str, Any]:
+    results: dict[str, Any] = {"rate_per_s": rate, "pre_stop_seconds": getattr(vocab, "ENGINE_PRE_STOP_SECONDS", None),
+                               "probe_periods": {
+                                   "startup_s": vocab.STARTUP_PERIOD_SECONDS, "readiness_s": 5}}
+    with operated_real_node(results) as (cp, op):
+        assert cp.real_node is not None
         runs = []
         for i in range(pods):
             one = create_to_ready(op, i)
@@ -171,12 +190,6 @@ def run(pods: int, count: int, rate: float, replica_counts: list[int]) -> dict[s
             for step in ("pod_created", "admitted_ungated", "bound", "container_running", "pod_ready", "md_ready")}}
         results["turnovers"] = [one for replicas in replica_counts
                                 for one in turnovers(op, cp.real_node, count, rate, replicas)]
-        op.stop()
-        failed = False
-    finally:
-        results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        cp.stop(keep_work_dir=failed)
     return results
 
 

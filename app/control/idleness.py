@@ -54,12 +54,15 @@ def counts(text: str) -> Counts | None:
 
 def active(previous: Counts | None, now: Counts | None) -> bool:
     """A request happened since the last look: a counter moved, or one is in flight. A leader whose
-    counters cannot be read counts as active, so a deployment is never parked on missing data."""
+    counters cannot be read counts as active, so a deployment is never parked on missing data. The
+    first look at a leader compares with its engine's start (the counters begin at 0): any request
+    it completed counts, so a fresh replica's first requests are learned in one round, not two (and
+    after the operator restarts, a leader that ever served counts once, never parking early)."""
     if now is None:
         return True
     if now.in_flight > 0:
         return True
-    return previous is not None and now.completed != previous.completed
+    return now.completed != (previous.completed if previous is not None else 0.0)
 
 
 def write_due(last_written: float | None, now: float) -> bool:

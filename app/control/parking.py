@@ -37,9 +37,14 @@ def _status_stamp(scaler: ModelDeploymentScaler, key: str) -> datetime | None:
     return timestamps.parse(value) if isinstance(value, str) else None
 
 
-def last_activity(scaler: ModelDeploymentScaler, now: str) -> str:
+def last_activity(scaler: ModelDeploymentScaler, now: str, ready_units: int) -> str:
     """The latest of: the last request the engines counted, the activator's last wake request, the
-    last the status recorded. With none of them, `now` (idleness counts from the first pass)."""
+    last the status recorded. With none of them, `now` (idleness counts from the first pass). While
+    the deployment starts or wakes (units declared, none Ready) it is `now`: a deployment is idle
+    only while it could serve, so idleAfter counts from its first Ready unit and a start longer than
+    idleAfter (a large model's load) never parks it before it served."""
+    if state(scaler, ready_units) == STATE_WAKING:
+        return now
     seen = [s for s in (_stamp(scaler, vocab.ANNOTATION_LAST_REQUEST), _stamp(scaler, vocab.ANNOTATION_WAKE_REQUESTED),
                         _status_stamp(scaler, "lastRequestTime")) if s is not None]
     if not seen:

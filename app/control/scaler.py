@@ -255,7 +255,7 @@ def _status(scaler: ModelDeploymentScaler, facts: list[RoleFacts], values: list[
         "conditions": merge_conditions(values, previous, scaler.metadata.generation, now),
     }
     if scaler.spec.scale_to_zero is not None:
-        out["lastRequestTime"] = parking.last_activity(scaler, now)
+        out["lastRequestTime"] = parking.last_activity(scaler, now, units(facts, "ready"))
     since = parking.parked_since(scaler, now)
     if since is not None:
         out["parkedSince"] = since
@@ -315,7 +315,7 @@ def plan(request: ScalerHookRequest, settings: ScalerSettings, *, now: str) -> S
     refusal = step_refusal(scaler, md, settings.max_pods_per_deployment)
     if refusal is not None:
         return refused(result, refusal, now)
-    last = parking.last_activity(scaler, now)
+    last = parking.last_activity(scaler, now, units(facts, "ready"))
     decision = parking.decide(scaler, md.metadata.name, last, parking.parked_since(scaler, now), now)
     if decision.units is not None:
         return park_or_wake(result, decision, facts, quota, now)

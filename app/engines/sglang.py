@@ -70,6 +70,14 @@ def store_arguments(ctx: DeploymentContext, role: Role) -> list[str]:
     return ["--enable-hierarchical-cache", "--hicache-storage-backend", "mooncake"]
 
 
+def metrics_arguments(role: Role) -> list[str]:
+    """SGLang serves its Prometheus `/metrics` only with `--enable-metrics` (vLLM always does); the
+    operator's idleness reader, llm-d's endpoint picker and queue-length autoscalers read it, so
+    every SGLang role renders it (docs/engines.md#sglang-metrics). The flag has no negative form,
+    so a user's own copy in `extraArgs` is left as the one that stands."""
+    return [] if vocab.SGLANG_METRICS_FLAG in role.extra_args else [vocab.SGLANG_METRICS_FLAG]
+
+
 def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> EngineRender:
     out = EngineRender()
     load, model_args = model_arguments(ctx, out)
@@ -78,6 +86,7 @@ def render(ctx: DeploymentContext, role: Role, *, listen_port: int | None) -> En
     if listen_port is not None:
         argv += ["--port", str(listen_port)]
     argv += model_args
+    argv += metrics_arguments(role)
     if cache_rendered(ctx, role):
         argv += store_arguments(ctx, role)
         out.env.extend(store_env(ctx))

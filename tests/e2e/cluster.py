@@ -552,6 +552,19 @@ class ControlPlane:
         """``kubectl ... -o json`` parsed."""
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Until every named CRD is Established. Not ``kubectl wait``: it fails at once ("accessor
+        error: <nil>") on a CRD whose status has no conditions yet, which a loaded API server shows
+        for a moment after the create."""
+        def established() -> bool:
+            got = self.kubectl_json("get", *[f"crd/{c}" for c in crds])
+            items = got.get("items", [got]) if got.get("kind") == "List" else [got]
+            return len(items) == len(crds) and all(
+                any(c.get("type") == "Established" and c.get("status") == "True"
+                    for c in (i.get("status") or {}).get("conditions") or []) for i in items)
+
+        wait_until(established, timeout=timeout, interval=0.25, message=f"CRDs {', '.join(crds)} Established")
+
     def apply(self, objects: str | Mapping[str, Any] | Sequence[Mapping[str, Any]],
               server_side: bool = False) -> subprocess.CompletedProcess[str]:
         """``kubectl apply`` YAML text or one/many objects."""
@@ -970,8 +983,7 @@ class ControlPlane:
             # test can add its own (e.g. make some Pods fail or turn NotReady).
             crd = self._kwok_dir() / "crds" / "kwok.x-k8s.io_stages.yaml"
             self.kubectl("create", "-f", "-", input=_to_json(load_yaml_docs(crd)))
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/stages.kwok.x-k8s.io")
+            self.wait_established("stages.kwok.x-k8s.io")
             self.kubectl("create", "-f", "-", input=_to_json(stages))
             path.write_text(yaml.safe_dump(cfg))
             extra.append("--enable-crds=Stage")
@@ -1046,8 +1058,7 @@ class ControlPlane:
         # for the 1.4 MB Workload CRD.
         self.kubectl("create", "-f", "-", input=_to_json(crds))
         self.timings["kueue-crds-apply"] = round(time.monotonic() - ts, 2)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     *[f"crd/{c['metadata']['name']}" for c in crds])
+        self.wait_established(*[c["metadata"]["name"] for c in crds])
         self.timings["kueue-crds-established"] = round(time.monotonic() - ts, 2)
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}})
 
@@ -1139,9 +1150,8 @@ class ControlPlane:
             raise ControlPlaneError(f"no Metacontroller CRDs in {mdir / 'crds'}")
         for path in crds:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/compositecontrollers.metacontroller.k8s.io",
-                     "crd/decoratorcontrollers.metacontroller.k8s.io")
+        self.wait_established("compositecontrollers.metacontroller.k8s.io",
+                              "decoratorcontrollers.metacontroller.k8s.io")
         probe, metrics = free_ports(2)
         self.ports.update(metacontroller_probe=probe)
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))

@@ -338,3 +338,43 @@ def _healthy(client, url: str) -> bool:
 
 def e2e_env_ready() -> bool:
     return os.environ.get("MODELDEPLOYMENT_E2E", "1") not in ("0", "false", "no", "off")
+
+
+# --- objects and reads the scaler stories share (tests/e2e/test_scaler.py, test_scale_to_zero.py) ---
+
+A10G = "gpustack-nvidia-a10g-linux-amd64"
+
+
+def pair(name: str, *, prefill: int = 1, decode: int = 2, instance_type: str = A10G, cards: int = 1,
+         router: bool = True, decode_size: int = 1) -> dict[str, Any]:
+    """A prefill/decode pair of vLLM on a kwok pool (behind llm-d-router when `router`)."""
+    roles = [{"name": "prefill", "kind": "Prefill", "replicas": prefill, "instanceType": instance_type,
+              "resources": {"accelerator": cards}},
+             {"name": "decode", "kind": "Decode", "replicas": decode, "instanceType": instance_type,
+              "size": decode_size, "resources": {"accelerator": cards}}]
+    spec: dict[str, Any] = {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"name": "vLLM", "version": "0.29.0"},
+                            "roles": roles}
+    if router:
+        spec["router"] = {"name": "llm-d-router"}
+    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def apply(op: Operator, obj: dict[str, Any], *, check: bool = True):
+    return op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=check)
+
+
+def delete(op: Operator, kind: str, name: str) -> None:
+    op.kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=false", check=False)
+    op.wait(f"{kind} {name} to be gone",
+            lambda: op.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode != 0, 120)
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return (pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+            and not pod["metadata"].get("deletionTimestamp"))
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), {})

@@ -31,9 +31,10 @@ our network namespace (the veth pair, the bridge and every iptables rule with it
 left in our cgroups and remove them. Stopping the kubelet before its Pods are gone would leave
 shims and mounts behind.
 
-Clients that must reach ClusterIPs or Pod IPs run inside the namespace: :meth:`RealNode.exec`
-(any argv), :meth:`RealNode.http_get` and :meth:`RealNode.dns_lookup` (Python snippets run by this
-interpreter inside the namespace). The node IP itself is reachable from the host.
+Clients that must reach ClusterIPs run inside the namespace: :meth:`RealNode.exec` (any argv),
+:meth:`RealNode.http_get` and :meth:`RealNode.dns_lookup` (Python snippets run by this interpreter
+inside the namespace). The node IP and the node's Pod IPs (its own /24, routed through the veth) are
+reachable from the host too, as an in-cluster operator reaches them.
 """
 
 from __future__ import annotations
@@ -64,9 +65,12 @@ REAL_NODE_RACK = "realnode-rack-0"
 #: toleration) land there, and nothing meant for kwok does.
 REAL_NODE_TAINT_KEY = "gpustack.ai/real-node"
 REAL_NODE_LABEL = "gpustack.ai/real-node"
-#: Pods on the real node get addresses from this range (the CNI bridge, host-local IPAM); apart
-#: from kwok's fake 10.244.0.0/16 so a real Pod IP is never mistaken for a fake one.
-REAL_NODE_POD_CIDR = "10.245.0.0/24"
+#: Each real node's Pods get addresses from a random free /24 of this range (the CNI bridge,
+#: host-local IPAM; ``RealNode.pod_cidr``), apart from kwok's fake 10.244.0.0/16 so a real Pod IP is
+#: never mistaken for a fake one. The host routes that /24 to the node (so the operator on the host
+#: reaches Pod IPs, as an in-cluster operator does); its own /24 per node keeps two nodes on one
+#: machine from claiming the same route.
+REAL_NODE_POD_RANGE = "10.245.0.0/16"
 #: The veth /30 is drawn from here (random, checked against the host's addresses).
 VETH_RANGE = "10.250.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
@@ -163,14 +167,15 @@ class RealNode:
 
     def __init__(self, cp: "ControlPlane", name: str = REAL_NODE_NAME, gpus: int = 8,
                  gpu_resource: str = "nvidia.com/gpu", instance_type: str = REAL_NODE_INSTANCE_TYPE,
-                 rack: str = REAL_NODE_RACK, pod_cidr: str = REAL_NODE_POD_CIDR) -> None:
+                 rack: str = REAL_NODE_RACK, pod_cidr: str | None = None) -> None:
         self.cp = cp
         self.name = name
         self.gpus = gpus
         self.gpu_resource = gpu_resource
         self.instance_type = instance_type
         self.rack = rack
-        self.pod_cidr = pod_cidr
+        self.pod_cidr = pod_cidr or ""    # chosen with the network when not given
+        self._pod_cidr_given = pod_cidr
         self.id = os.urandom(3).hex()
         self.netns = f"mde2e-{self.id}"
         self.netns_path = Path("/run/netns") / self.netns
@@ -266,6 +271,42 @@ class RealNode:
             proc = self.exec(["sysctl", "-w", f"{key}={value}"], check=False)
             if proc.returncode != 0 and key == "net.ipv4.ip_forward":
                 raise RuntimeError(f"sysctl {key} in {self.netns}: {proc.stderr.strip()}")
+        self._route_pods()
+
+    def _route_pods(self) -> None:
+        """The node's Pod /24, routed from the host through the veth: the operator and the tests on
+        the host reach Pod IPs the way an in-cluster client does (the idleness reader scrapes the
+        engines). The route is on our veth, so it goes when the namespace (and the veth) goes. A /24
+        some route of the host already covers (another node on this machine) is never taken; two
+        nodes choosing at once are kept apart by ``ip route add`` refusing a second equal route."""
+        candidates = [self._pod_cidr_given] if self._pod_cidr_given else None
+        rng = random.Random(os.urandom(8))
+        pool = ipaddress.ip_network(REAL_NODE_POD_RANGE)
+        for _ in range(1 if candidates else 50):
+            cidr = candidates[0] if candidates else str(list(pool.subnets(new_prefix=24))[rng.randrange(256)])
+            net = ipaddress.ip_network(cidr)
+            if not candidates and any(net.overlaps(r) for r in self._host_routes()):
+                continue
+            added = _run(["ip", "route", "add", cidr, "via", self.node_ip, "dev", self.veth_host], check=False)
+            if added.returncode == 0:
+                self.pod_cidr = cidr
+                return
+            if candidates:
+                raise RuntimeError(f"route {cidr} via {self.node_ip}: {added.stderr.strip()}")
+        raise RealNodeUnavailable(f"no free /24 in {REAL_NODE_POD_RANGE} for the node's Pods")
+
+    @staticmethod
+    def _host_routes() -> list[ipaddress.IPv4Network]:
+        out = _run(["ip", "-4", "route", "show"]).stdout
+        nets = []
+        for line in out.splitlines():
+            dest = line.split()[0] if line.split() else ""
+            if dest and dest != "default":
+                try:
+                    nets.append(ipaddress.ip_network(dest, strict=False))
+                except ValueError:
+                    continue
+        return nets
 
     @staticmethod
     def _host_addresses() -> list[str]:
@@ -793,6 +834,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             out.append(f"netns {self.netns_path}")
         if _run(["ip", "link", "show", self.veth_host], check=False).returncode == 0:
             out.append(f"veth {self.veth_host}")
+        if self.pod_cidr and _run(["ip", "-4", "route", "show", self.pod_cidr, "dev", self.veth_host],
+                                  check=False).stdout.strip():
+            out.append(f"route {self.pod_cidr}")
         prefix = str(self.dir) + "/"
         out += [f"mount {ln.split()[4]}" for ln in Path("/proc/self/mountinfo").read_text().splitlines()
                 if ln.split()[4].startswith(prefix)]

@@ -10,10 +10,12 @@ HTTP, resolves names and prints its environment, so the harness needs no engine 
 
 from __future__ import annotations
 
+import ipaddress
 import time
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 
 import cluster as e2e_cluster
@@ -84,7 +86,11 @@ def test_a_pod_runs_is_probed_and_reached_through_dns_and_its_service(
     pod = wait_until(lambda: _ready(cp, ns, "web"), timeout=90, message="Pod web Ready on the real node")
     ready_s = time.monotonic() - t0
     assert pod["spec"]["nodeName"] == real_node.name
-    assert pod["status"]["podIP"].startswith(e2e_realnode.REAL_NODE_POD_CIDR.rsplit(".", 2)[0])
+    pod_ip = pod["status"]["podIP"]
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(real_node.pod_cidr), (pod_ip, real_node.pod_cidr)
+    assert ipaddress.ip_network(real_node.pod_cidr).subnet_of(ipaddress.ip_network(e2e_realnode.REAL_NODE_POD_RANGE))
+    # The host reaches the Pod IP through the node's route (as an in-cluster operator would).
+    assert httpx.get(f"http://{pod_ip}:8080/", timeout=5).text.strip() == "web"
     # Kueue admitted it with the real pool's flavor: node selector and toleration injected.
     assert pod["spec"]["nodeSelector"][e2e_cluster.INSTANCE_TYPE_LABEL] == real_pool.instance_type
     assert any(t.get("key") == e2e_realnode.REAL_NODE_TAINT_KEY for t in pod["spec"]["tolerations"])

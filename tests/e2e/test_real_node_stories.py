@@ -19,6 +19,7 @@ docs/kueue.md#rollout-cadence), with room for a loaded 2-core machine.
 from __future__ import annotations
 
 import calendar
+import ipaddress
 import json
 import os
 import subprocess
@@ -188,7 +189,8 @@ def serving_pods(op: Operator, deployment: str, role_name: str) -> list[dict[str
 
 def on_real_node(pod: dict[str, Any]) -> None:
     assert pod["spec"].get("nodeName") == e2e_realnode.REAL_NODE_NAME, (pod["metadata"]["name"], pod["spec"].get("nodeName"))
-    assert pod["status"]["podIP"].startswith(e2e_realnode.REAL_NODE_POD_CIDR.rsplit(".", 1)[0]), pod["status"]["podIP"]
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(e2e_realnode.REAL_NODE_POD_RANGE), \
+        pod["status"]["podIP"]
 
 
 def info(node: e2e_realnode.RealNode, ip: str, port: int = vocab.DEFAULT_SERVING_PORT) -> dict[str, Any]:

@@ -1,39 +1,30 @@
 """Parking and waking end to end (docs/scale-to-zero.md): a deployment scaled to zero gives its quota
 back to the queue and wakes as one set through Kueue's joint admission.
 
-The quota stories run on the kwok pools (Pods never run for real there, but Kueue, the scheduler,
-Metacontroller and our hooks and webhooks are all real). A wake is asked the way the activator asks
-it: the scaler's wake-requested annotation, which the scaler's own pass turns into its units.
+The quota story runs on the kwok pools (Pods never run for real there, but Kueue, the scheduler,
+Metacontroller and our hooks and webhooks are all real): a client's request to the parked endpoint is
+held by the activator, which asks for the wake (the scaler's wake-requested annotation, which the
+scaler's own pass turns into its units). The real node's stories go on to answer the held requests
+with the stub engine: a wake, a wake on a full pool, an activator killed, a P/D pair woken under a
+client loop, idleAfter on the engines' own counters, and a real HPA over a parking scaler.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import yaml
 
 import cluster as e2e_cluster
-from md_operator import NAMESPACE, Operator
+from md_operator import NAMESPACE, Operator, apply, condition, delete, pair, ready
 
 H20 = "gpustack-nvidia-h20-linux-amd64"  # 2 kwok nodes of 8 cards: a ClusterQueue of 16
 WAKE_REQUESTED = "modeldeployment.gpustack.ai/wake-requested"
-
-
-def pair(name: str, cards: int) -> dict[str, Any]:
-    roles = [{"name": "prefill", "kind": "Prefill", "replicas": 1, "instanceType": H20,
-              "resources": {"accelerator": cards}},
-             {"name": "decode", "kind": "Decode", "replicas": 1, "instanceType": H20,
-              "resources": {"accelerator": cards}}]
-    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"},
-                     "engine": {"name": "vLLM", "version": "0.29.0"}, "roles": roles}}
 
 
 def server(name: str, replicas: int, cards: int) -> dict[str, Any]:
@@ -50,23 +41,7 @@ def parking_scaler(name: str, units: int) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"deploymentRef": {"name": name},
                      "roles": [{"name": "prefill", "ratio": 1}, {"name": "decode", "ratio": 1}],
-                     "replicas": units, "scaleToZero": {"idleAfter": "1h", "wakeReplicas": 1, "wakeTimeout": "5m"}}}
-
-
-def apply(op: Operator, obj: dict[str, Any], *, check: bool = True):
-    return op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=check)
-
-
-def delete(op: Operator, kind: str, name: str) -> None:
-    op.kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=false", check=False)
-    op.wait(f"{kind} {name} to be gone",
-            lambda: op.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode != 0, 120)
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return (pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
-            and not pod["metadata"].get("deletionTimestamp"))
+                     "replicas": units, "scaleToZero": {"idleAfter": "1h", "wakeReplicas": 1, "wakeTimeout": "1m"}}}
 
 
 def ready_by_role(op: Operator, name: str) -> dict[str, int]:
@@ -86,15 +61,11 @@ def workloads_of(op: Operator, name: str) -> list[dict[str, Any]]:
     return [w for w in items if w["metadata"]["name"] in groups]
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), {})
-
-
-def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Operator) -> None:
+def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Operator, real_node: Any) -> None:
     # The H20 ClusterQueue holds 16 cards (2 nodes of 8): the pair takes all of them (8 + 8); "queued"
     # asks for 8 and waits until the pair parks. The woken pair then needs 16 with 8 free: its
     # prefill alone would fit, and the joint admission check keeps it queued with its decoder.
-    apply(op, pair("sleepy", cards=8))
+    apply(op, pair("sleepy", decode=1, instance_type=H20, cards=8, router=False))
     apply(op, parking_scaler("sleepy", 1))
     try:
         op.wait("sleepy serving", lambda: ready_by_role(op, "sleepy") == {"prefill": 1, "decode": 1}, 180)
@@ -125,17 +96,35 @@ def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Op
         assert scaler["status"]["phase"] == "Parked" and scaler["status"].get("parkedSince")
         assert "Parked" in op.kubectl("get", "mds", "sleepy", "-n", NAMESPACE).stdout
 
-        # Wake as the activator asks: the scaler's pass sets wakeReplicas, and the pair's two new
-        # replicas queue as one set while the pool is full: neither role runs alone.
-        now = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        op.kubectl("annotate", "mds/sleepy", "-n", NAMESPACE, f"{WAKE_REQUESTED}={now}", "--overwrite")
+        # Wake as a client does: a request to the parked endpoint (from the real node's network
+        # namespace, where ClusterIPs route) is held by the activator, which asks for the wake; the
+        # scaler's pass sets wakeReplicas, and the pair's two new replicas queue as one set while
+        # the pool is full: neither role runs alone. The held request gets 503 with Retry-After and
+        # the reason at wakeTimeout (the kwok Pods could not answer it anyway: their IPs are fake).
+        stories = _real_node_stories()
+        parked = stories.md_when(op, "sleepy", "sleepy's endpoint on the activator",
+                                 lambda m: (m.get("status") or {}).get("endpointRoute") == "Activator", 120)
+        base = stories.endpoint_base(op, real_node, parked)
+        outcome: dict[str, Any] = {}
+        body = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        client = threading.Thread(target=lambda: outcome.update(
+            answer=stories.request(real_node, f"{base}/v1/chat/completions", body, timeout=150)))
+        client.start()
         op.wait("the scaler woke to 1 unit", lambda: op.get("mds", "sleepy", "-n", NAMESPACE)["spec"]["replicas"] == 1,
                 120)
+        asked = op.get("mds", "sleepy", "-n", NAMESPACE)["metadata"]["annotations"].get(WAKE_REQUESTED)
+        assert asked, "the activator did not ask for the wake"
         op.wait("the wake's replicas declared",
                 lambda: [r["replicas"] for r in op.md("sleepy")["spec"]["roles"]] == [1, 1], 120)
         for _ in range(8):
             assert ready_by_role(op, "sleepy") == {}, "half of a pair woke on a full pool"
             time.sleep(2)
+        client.join(timeout=160)
+        assert not client.is_alive(), "the held request hung past wakeTimeout"
+        refused = outcome["answer"]
+        assert refused["status"] == 503 and int(header(refused, "Retry-After") or 0) > 0, refused
+        assert "ClusterQueue" in json.loads(refused["body"])["error"]["message"], refused["body"]
+        assert ready_by_role(op, "sleepy") == {}, "half of a pair woke on a full pool"
         # Quota frees: the whole pair is admitted and serves.
         delete(op, "md", "queued")
         op.wait("sleepy woken and serving", lambda: ready_by_role(op, "sleepy") == {"prefill": 1, "decode": 1}, 180)
@@ -150,7 +139,7 @@ def test_a_parked_pair_frees_its_quota_for_the_queue_and_wakes_as_one_set(op: Op
 
 
 def test_a_pair_with_one_role_parked_is_refused_with_its_path_and_remedy(op: Operator) -> None:
-    obj = pair("halfparked", cards=1)
+    obj = pair("halfparked", decode=1, instance_type=H20, router=False)
     obj["spec"]["roles"][0]["replicas"] = 0
     answer = apply(op, obj, check=False)
     # The CRD's CEL rule answers before the validating webhook (rule 22, the same words with the
@@ -178,21 +167,12 @@ def _real_node_stories() -> Any:
     return stories
 
 
-@pytest.fixture(scope="module")
-def op(control_plane: e2e_cluster.ControlPlane, real_node: Any, real_pool: Any) -> Iterator[Operator]:
-    """The operator of every story here (the kwok pools' and the real node's), with the activator
-    beside it: the activator runs in the node's network namespace
-    (where Pod IPs and ClusterIPs are reachable), listening on the node's address; a selector-less
+def start_activator(control_plane: e2e_cluster.ControlPlane, real_node: Any, operator: Operator) -> None:
+    """The activator beside the operator: it runs in the node's network namespace (where Pod IPs
+    and ClusterIPs are reachable), listening on the node's address; a selector-less
     `modeldeployment-activator` Service with an EndpointSlice of that address stands for its
-    Deployment, and the operator reads it as it reads the installed one."""
-    stories = _real_node_stories()
-    settings = {**stories.SMALL_ROUTER, "MODELDEPLOYMENT_ACTIVATOR_NAMESPACE": NAMESPACE}
-    with stories.operator_on_the_real_pool(control_plane, real_node, real_pool, settings) as operator:
-        _start_activator(control_plane, real_node, operator)
-        yield operator
-
-
-def _start_activator(control_plane: e2e_cluster.ControlPlane, real_node: Any, operator: Operator) -> None:
+    Deployment, and the operator (started with MODELDEPLOYMENT_ACTIVATOR_NAMESPACE=NAMESPACE) reads
+    it as it reads the installed one. Stopped with the control plane."""
     env = {**control_plane.env, "MODELDEPLOYMENT_ACTIVATOR_HOST": real_node.node_ip,
            "MODELDEPLOYMENT_ACTIVATOR_POLL_SECONDS": "0.5", "MODELDEPLOYMENT_ACTIVATOR_WAKE_INTERVAL_SECONDS": "5",
            "PYTHONUNBUFFERED": "1"}
@@ -209,6 +189,17 @@ def _start_activator(control_plane: e2e_cluster.ControlPlane, real_node: Any, op
                      "addressType": "IPv4",
                      "endpoints": [{"addresses": [real_node.node_ip], "conditions": {"ready": True}}],
                      "ports": [{"name": "proxy", "port": ACTIVATOR_PORT, "protocol": "TCP"}]})
+
+
+@pytest.fixture(scope="module")
+def op(control_plane: e2e_cluster.ControlPlane, real_node: Any, real_pool: Any) -> Iterator[Operator]:
+    """The operator of every story here (the kwok pools' and the real node's), with the activator
+    beside it (start_activator) and the real pool under our joint admission check."""
+    stories = _real_node_stories()
+    settings = {**stories.SMALL_ROUTER, "MODELDEPLOYMENT_ACTIVATOR_NAMESPACE": NAMESPACE}
+    with stories.operator_on_the_real_pool(control_plane, real_node, real_pool, settings) as operator:
+        start_activator(control_plane, real_node, operator)
+        yield operator
 
 
 def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engine(
@@ -255,6 +246,86 @@ def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engi
     finally:
         delete(op, "mds", name)
         stories.delete_md(op, name)
+
+
+def test_idle_for_idle_after_parks_on_the_engines_own_counters_and_a_queued_deployment_takes_the_quota(
+        op: Operator, real_node: Any) -> None:
+    """A vLLM and an SGLang deployment, 4 cards each (the real pool's 8), each under a scaler with
+    `idleAfter: 1m`. While a client sends requests they stay up well past a minute: the operator
+    learns each request from the engine's own counters (vLLM's and SGLang's, the latter served
+    because the render adds --enable-metrics) and writes the scaler's last-request annotation. Once
+    the client stops, each parks no sooner than a minute after its last request, and a queued
+    deployment asking for the whole pool is admitted on the quota they gave back."""
+    import httpx
+
+    from app.kube.idleness import leader_address
+
+    stories = _real_node_stories()
+    engines = {"dozer": {"name": "vLLM", "version": "0.33.0"}, "dozer-sgl": {"name": "SGLang", "version": "0.5.23"}}
+    counters = {"dozer": "vllm:request_success_total", "dozer-sgl": "sglang:num_requests_total"}
+    model = "Qwen/Qwen2.5-0.5B-Instruct"
+    for name, engine in engines.items():
+        stories.apply(op, stories.md_spec(name, [stories.role(resources={"accelerator": 4})], engine=engine))
+        stories.apply(op, {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+                           "metadata": {"name": name, "namespace": NAMESPACE},
+                           "spec": {"deploymentRef": {"name": name}, "roles": [{"name": "server", "ratio": 1}],
+                                    "replicas": 1, "scaleToZero": {"idleAfter": "1m", "wakeTimeout": "5m"}}})
+    loops: dict[str, Any] = {}
+    try:
+        first_pass = time.time()
+        for name in engines:
+            served = stories.md_when(op, name, f"{name} Ready", stories.md_ready, 240)
+            (pod,) = stories.serving_pods(op, name, "server")
+            # What the idleness reader scrapes, asked from the host as the operator asks it.
+            scraped = httpx.get(f"http://{leader_address(pod)}/metrics", timeout=5)
+            assert scraped.status_code == 200 and counters[name] in scraped.text, (name, scraped.status_code)
+            loops[name] = stories.ClientLoop(real_node, f"{stories.endpoint_base(op, real_node, served)}"
+                                             "/v1/chat/completions", 5, model)
+        # Busy for well past idleAfter (counted from the scalers' first pass): neither parks.
+        busy_until = max(time.time(), first_pass + 60) + 45
+        while time.time() < busy_until:
+            for name in engines:
+                scaler = op.get("mds", name, "-n", NAMESPACE)
+                assert scaler["spec"]["replicas"] == 1, f"{name} parked while a client sent requests"
+            time.sleep(5)
+        last_sent: dict[str, float] = {}
+        for name, loop in loops.items():
+            records = loop.stop()
+            assert records and all(r.get("ok") for r in records), (name, [r for r in records if not r.get("ok")][:3])
+            last_sent[name] = max(r["t"] for r in records)
+        loops.clear()
+        for name in engines:
+            scaler = op.get("mds", name, "-n", NAMESPACE)
+            learned = scaler["metadata"]["annotations"].get("modeldeployment.gpustack.ai/last-request")
+            assert learned and stories.epoch(learned) > first_pass + 30, (name, learned, first_pass)
+
+        # The queued deployment asks for the whole pool: admitted only once both parked.
+        stories.apply(op, stories.md_spec("sleeper-queue", [stories.role(resources={"accelerator": 8})]))
+        parked_after: dict[str, float] = {}
+        for name in engines:
+            parked = op.wait(f"{name} parked for idleness",
+                             lambda n=name: (lambda m: m if (m.get("status") or {}).get("phase") == "Parked" else None)(
+                                 op.get("mds", n, "-n", NAMESPACE)), 240, 2)
+            since = stories.epoch(parked["status"]["parkedSince"])
+            assert since >= int(last_sent[name]) + 60, (name, parked["status"], last_sent[name])
+            parked_after[name] = since - last_sent[name]
+            assert parked["spec"]["replicas"] == 0
+            events = op.get("events", "-n", NAMESPACE, "--field-selector",
+                            f"involvedObject.name={name},involvedObject.kind=ModelDeploymentScaler")["items"]
+            assert any(e["reason"] == "Parked" and "idleAfter 1m" in e["message"] for e in events), events
+        stories.md_when(op, "sleeper-queue", "the queued deployment admitted on the released quota",
+                        stories.md_ready, 240)
+        for name in engines:
+            md = op.md(name)
+            assert md["status"]["phase"] == "Idle", (name, md["status"])
+        print("parked after the last request: " + ", ".join(f"{n} {t:.0f} s" for n, t in parked_after.items()))
+    finally:
+        for loop in loops.values():
+            loop.stop()
+        for name in engines:
+            delete(op, "mds", name)
+            stories.delete_md(op, name)
+        stories.delete_md(op, "sleeper-queue")
 
 
 def test_a_wake_the_full_pool_cannot_admit_answers_503_with_the_reason_and_an_activator_restart_fails_only_its_holds(
@@ -440,5 +511,87 @@ def test_a_parked_prefill_decode_pair_is_woken_as_one_set_and_a_client_loop_lose
         print(f"P/D wake: {len(records)} requests, {len(woken)} held (longest {max(r['took'] for r in woken):.1f} s), "
               "0 failed")
     finally:
+        delete(op, "mds", name)
+        stories.delete_md(op, name)
+
+
+def test_a_real_hpa_drives_a_parking_scaler_between_1_and_n_stays_quiet_while_parked_and_resumes_after_the_wake(
+        op: Operator, real_node: Any, external_metrics: Any) -> None:
+    """HPA over a scaler that parks itself (docs/scale-to-zero.md#field-ownership), with the real
+    HPA controller of kube-controller-manager: it drives the scaler 1 -> 3 -> 1 on its metric while a
+    client sends requests; once the client stops the scaler parks itself after idleAfter; the HPA
+    then does nothing, whatever its metric says (it reads 0 as scaling disabled); a request wakes the
+    deployment to wakeReplicas, and the HPA takes it from there to 3 again."""
+    import metrics_server
+
+    stories = _real_node_stories()
+    name, metric, labels = "surge", "vllm_num_requests_waiting", {"deployment": "surge"}
+    stories.apply(op, stories.md_spec(name, [stories.role()]))
+    stories.apply(op, {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
+                       "metadata": {"name": name, "namespace": NAMESPACE},
+                       "spec": {"deploymentRef": {"name": name}, "roles": [{"name": "server", "ratio": 1}],
+                                "replicas": 1, "scaleToZero": {"idleAfter": "1m", "wakeReplicas": 1,
+                                                               "wakeTimeout": "5m"}}})
+    loop = None
+    try:
+        served = stories.md_when(op, name, "surge Ready", stories.md_ready, 240)
+        base = stories.endpoint_base(op, real_node, served)
+        loop = stories.ClientLoop(real_node, f"{base}/v1/chat/completions", 5, "Qwen/Qwen2.5-0.5B-Instruct")
+        external_metrics.set(NAMESPACE, metric, 10, labels=labels)
+        target = {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler", "name": name}
+        op.cp.apply(metrics_server.external_metric_hpa(name, NAMESPACE, target, metric, average_value=10,
+                                                       metric_labels=labels, min_replicas=1, max_replicas=3))
+
+        def hpa_reads() -> dict[str, Any] | None:
+            got = op.get("hpa", name, "-n", NAMESPACE)
+            ok = (metrics_server.hpa_condition(got, "ScalingActive").get("status") == "True"
+                  and metrics_server.hpa_external_current(got, metric) is not None)
+            return got if ok else None
+
+        op.wait("the HPA to read its metric", hpa_reads, 120)
+
+        def serving(count: int) -> Any:
+            return lambda: len(stories.serving_pods(op, name, "server")) == count \
+                and op.get("mds", name, "-n", NAMESPACE)["spec"]["replicas"] == count
+
+        external_metrics.set(NAMESPACE, metric, 30, labels=labels)  # 3 units
+        op.wait("the HPA to drive surge to 3 serving replicas", serving(3), 240)
+        external_metrics.set(NAMESPACE, metric, 10, labels=labels)  # back to 1
+        op.wait("the HPA to drive surge back to 1", serving(1), 240)
+        records = loop.stop()
+        loop = None
+        assert records and all(r.get("ok") for r in records), [r for r in records if not r.get("ok")][:3]
+        last_sent = max(r["t"] for r in records)
+
+        # No more requests: the scaler parks itself; the HPA's 1 is not a floor it defends.
+        parked = op.wait("surge parked for idleness",
+                         lambda: (lambda m: m if (m.get("status") or {}).get("phase") == "Parked" else None)(
+                             op.get("mds", name, "-n", NAMESPACE)), 240, 2)
+        assert stories.epoch(parked["status"]["parkedSince"]) >= int(last_sent) + 60, (parked["status"], last_sent)
+        # While parked the HPA does nothing, though its metric asks for 3.
+        external_metrics.set(NAMESPACE, metric, 30, labels=labels)
+        disabled = op.wait("the HPA to call scaling disabled", lambda: (lambda h: h if metrics_server.hpa_condition(
+            h, "ScalingActive").get("reason") == "ScalingDisabled" else None)(op.get("hpa", name, "-n", NAMESPACE)), 60)
+        assert metrics_server.hpa_condition(disabled, "ScalingActive")["status"] == "False"
+        for _ in range(5):
+            assert op.get("mds", name, "-n", NAMESPACE)["spec"]["replicas"] == 0, "the HPA woke a parked scaler"
+            time.sleep(2)
+
+        # A request wakes it to wakeReplicas through the activator; the HPA resumes from there.
+        parked_md = stories.md_when(op, name, "surge's endpoint on the activator",
+                                    lambda m: (m.get("status") or {}).get("endpointRoute") == "Activator", 120)
+        answer = stories.request(real_node, f"{stories.endpoint_base(op, real_node, parked_md)}/v1/chat/completions",
+                                 {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_tokens": 4,
+                                  "messages": [{"role": "user", "content": "hi"}]}, timeout=280)
+        assert answer["status"] == 200 and header(answer, "X-ModelDeployment-Woken") is not None, answer
+        op.wait("the HPA to take the woken surge to 3", serving(3), 240)
+        events = op.get("events", "-n", NAMESPACE, "--field-selector",
+                        f"involvedObject.name={name},involvedObject.kind=ModelDeploymentScaler")["items"]
+        assert {"Parked", "Woken"} <= {e["reason"] for e in events}
+    finally:
+        if loop is not None:
+            loop.stop()
+        op.kubectl("delete", "hpa", name, "-n", NAMESPACE, "--wait=false", check=False)
+        external_metrics.delete(NAMESPACE, metric)
         delete(op, "mds", name)
         stories.delete_md(op, name)

@@ -17,10 +17,9 @@ import yaml
 
 import cluster as e2e_cluster
 import metrics_server
-from md_operator import NAMESPACE, Operator, start_operator
+from md_operator import NAMESPACE, Operator, apply, condition, delete, pair, ready, start_operator
 
 SCALER_MANAGER = "worker.gpustack.ai/model-deployment-scaler"
-A10G = "gpustack-nvidia-a10g-linux-amd64"
 H20 = "gpustack-nvidia-h20-linux-amd64"
 
 
@@ -31,42 +30,11 @@ def op(control_plane: e2e_cluster.ControlPlane) -> Iterator[Operator]:
     operator.stop()
 
 
-def pair(name: str, *, prefill: int = 1, decode: int = 2, instance_type: str = A10G, cards: int = 1,
-         router: bool = True, decode_size: int = 1) -> dict[str, Any]:
-    """A prefill/decode pair (behind llm-d-router when `router`)."""
-    roles = [{"name": "prefill", "kind": "Prefill", "replicas": prefill, "instanceType": instance_type,
-              "resources": {"accelerator": cards}},
-             {"name": "decode", "kind": "Decode", "replicas": decode, "instanceType": instance_type,
-              "size": decode_size, "resources": {"accelerator": cards}}]
-    spec: dict[str, Any] = {"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"name": "vLLM", "version": "0.29.0"},
-                            "roles": roles}
-    if router:
-        spec["router"] = {"name": "llm-d-router"}
-    return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeployment",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
-
-
 def scaler(name: str, deployment: str, replicas: int, roles: tuple[tuple[str, int], ...]) -> dict[str, Any]:
     return {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler",
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"deploymentRef": {"name": deployment}, "roles": [{"name": n, "ratio": r} for n, r in roles],
                      "replicas": replicas}}
-
-
-def apply(op: Operator, obj: dict[str, Any], *, check: bool = True):
-    return op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=check)
-
-
-def delete(op: Operator, kind: str, name: str) -> None:
-    op.kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=false", check=False)
-    op.wait(f"{kind} {name} to be gone",
-            lambda: op.kubectl("get", kind, name, "-n", NAMESPACE, check=False).returncode != 0, 120)
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return (pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
-            and not pod["metadata"].get("deletionTimestamp"))
 
 
 def ready_by_role(pods: list[dict[str, Any]]) -> dict[str, int]:
@@ -99,10 +67,6 @@ def wait_serving(op: Operator, name: str, want: dict[str, int], timeout: float =
         return live if counts == want and len(live) == sum(want.values()) else None
 
     return op.wait(f"{name} serving {want}", check, timeout, 1)
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), {})
 
 
 def owned_replicas(md: dict[str, Any], manager: str) -> dict[str, set[str]]:

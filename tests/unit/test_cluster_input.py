@@ -344,7 +344,7 @@ def test_no_refusal_speaks_python(data: st.DataObject) -> None:
     docs = [yamlread.Document(source, "f.yaml", 1)]
     (judged,) = judge_documents(docs, [], World.of([]), kv_cache_dtype_owned=True)
     text = judged.label + "\n" + judged.verdict.message + "\n".join(judged.verdict.warnings)
-    assert not re.search(r"\bNone\b(?!')|\bb'|<[A-Z][a-z]", text.replace("'None'", "")), text
+    assert not re.search(r"\bNone\b(?!')|(?<!')\bb'|<[A-Z][a-z]", text.replace("'None'", "")), text
 
 
 def test_a_scaler_the_model_cannot_read_is_refused_in_the_api_servers_words() -> None:

@@ -39,7 +39,8 @@ def test_a_moved_counter_or_a_request_in_flight_is_activity() -> None:
     assert idleness.active(idleness.Counts(15, 0), idleness.Counts(16, 0))
     assert idleness.active(idleness.Counts(15, 0), idleness.Counts(15, 1))
     assert not idleness.active(idleness.Counts(15, 0), idleness.Counts(15, 0))
-    assert not idleness.active(None, idleness.Counts(15, 0))  # the first look is a baseline
+    assert not idleness.active(None, idleness.Counts(0, 0))  # a fresh engine that served nothing
+    assert idleness.active(None, idleness.Counts(15, 0))  # the first look compares with the engine's start
 
 
 def test_a_leader_whose_counters_cannot_be_read_is_never_called_idle() -> None:

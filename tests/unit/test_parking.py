@@ -125,23 +125,34 @@ def test_scale_to_zero_governs_every_role_of_the_deployment() -> None:
 def test_idleness_is_the_latest_of_the_engines_the_activator_and_the_status() -> None:
     s = parking_scaler(annotations={vocab.ANNOTATION_LAST_REQUEST: TWENTY_MIN_AGO,
                                     vocab.ANNOTATION_WAKE_REQUESTED: TEN_MIN_AGO})
-    assert parking.last_activity(s, NOW) == TEN_MIN_AGO
+    assert parking.last_activity(s, NOW, 1) == TEN_MIN_AGO
 
 
 def test_a_scaler_that_saw_no_request_counts_from_its_first_pass() -> None:
-    assert parking.last_activity(parking_scaler(), NOW) == NOW
+    assert parking.last_activity(parking_scaler(), NOW, 1) == NOW
+
+
+def test_a_deployment_still_starting_or_waking_is_not_idle() -> None:
+    # Units declared, none Ready (a long model load, a wake queued for quota): each pass counts as
+    # activity, so idleAfter counts from the first Ready unit and the pass never parks it.
+    s = parking_scaler(2, annotations={vocab.ANNOTATION_LAST_REQUEST: TWENTY_MIN_AGO})
+    assert parking.last_activity(s, NOW, 0) == NOW
+    assert parking.decide(s, "pd-demo", parking.last_activity(s, NOW, 0), None, NOW).units is None
+    starting = plan(s, deployment(2, 4, ready=(0, 0)), SETTINGS, now=NOW)
+    assert starting.status["lastRequestTime"] == NOW
+    assert not [i for i in starting.intents if isinstance(i, SetScalerUnits)]
 
 
 def test_idle_for_idle_after_parks() -> None:
     s = parking_scaler(2, annotations={vocab.ANNOTATION_LAST_REQUEST: TWENTY_MIN_AGO})
-    decision = parking.decide(s, "pd-demo", parking.last_activity(s, NOW), None, NOW)
+    decision = parking.decide(s, "pd-demo", parking.last_activity(s, NOW, 1), None, NOW)
     assert decision.units == 0 and decision.reason == vocab.EVENT_PARKED and "idleAfter 15m" in decision.message
 
 
 def test_a_request_the_activator_holds_keeps_the_deployment_from_parking() -> None:
     s = parking_scaler(2, annotations={vocab.ANNOTATION_LAST_REQUEST: TWENTY_MIN_AGO,
                                        vocab.ANNOTATION_WAKE_REQUESTED: TEN_MIN_AGO})
-    assert parking.decide(s, "pd-demo", parking.last_activity(s, NOW), None, NOW).units is None
+    assert parking.decide(s, "pd-demo", parking.last_activity(s, NOW, 1), None, NOW).units is None
     assert parking.seconds_until_idle(s, TEN_MIN_AGO, NOW) == 300
 
 

@@ -198,8 +198,13 @@ def check_serving(base: str, engine: str, program: Program, model: str) -> dict[
             assert f'{name}{{' in text and f'model_name="{model}"' in text, name
         assert 'vllm:request_success_total{engine="0",finished_reason="stop",model_name="%s"} 3.0' % model in text
     else:
-        # SGLang serves /metrics only with --enable-metrics, which our render does not add.
-        assert status == 404
+        # SGLang serves /metrics only with --enable-metrics, which our render adds to every role.
+        text = body.decode()
+        assert status == 200
+        for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:num_requests_total"):
+            assert f'{name}{{' in text and f'model_name="{model}"' in text, name
+        assert 'sglang:num_requests_total{engine_type="unified",is_streaming="false",model_name="%s"} 3.0' % model \
+            in text
     info = json.loads(get(base + "/stub/info")[2])
     assert info["argv"][0] in PROGRAMS and info["completions"] == 3
     return info

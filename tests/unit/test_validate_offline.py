@@ -104,7 +104,8 @@ def test_a_missing_required_field_reports_the_schema_alone() -> None:
 # --- parity, offline half: every example and every table case ------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted((EXAMPLES / "deployments").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((EXAMPLES / "deployments").glob("*.yaml"))
+                         + sorted((EXAMPLES / "scale-to-zero").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_validates_clean(path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert validate_offline(path, EXAMPLES / "world", None, kv_cache_dtype_owned=True, out=out, err=err) == 0, \
