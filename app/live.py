@@ -259,7 +259,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """What the operator does with the file's deployment over the live one: the webhooks' verdict
     (as `validate --old`), then one pass of the sync hook's planner. Writes nothing."""
     from app.admission import mutate
-    from app.admission.review import judge_documents
+    from app.admission.offline import judge_documents
     from app.settings import Settings
 
     config, namespace = _live(args)

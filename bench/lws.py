@@ -65,8 +65,7 @@ class LwsControlPlane(e2e_cluster.ControlPlane):
         crds = sorted((lws_dir(self) / "crds").glob("*.yaml"))
         for path in crds:
             self.kubectl("create", "-f", str(path))
-        names = [f"crd/{doc['metadata']['name']}" for path in crds for doc in e2e_cluster.load_yaml_docs(path)]
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.wait_established(*[doc["metadata"]["name"] for path in crds for doc in e2e_cluster.load_yaml_docs(path)])
         super()._start_kueue()
 
     def start_lws(self) -> None:

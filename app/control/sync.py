@@ -221,12 +221,18 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
                         resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
                         needs_peers=joint.needs_peers, plans=plans)
     if finalizing:
-        router_pods = teardown.router_pods_left(request.related)
-        if router_pods:
-            result.children.extend(teardown.router_held_empty(ctx, request.children))
-        result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
-        result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
+        _finish_teardown(ctx, request, plans, observed_pods, result)
     return result
+
+
+def _finish_teardown(ctx: DeploymentContext, request: HookRequest, plans: list[RolePlan],
+                     observed_pods: dict[str, dict[int, obs.ObservedInstance]], result: SyncResult) -> None:
+    """A finalize pass: done once every Pod and router Pod is gone (docs/metacontroller.md#finalize)."""
+    router_pods = teardown.router_pods_left(request.related)
+    if router_pods:
+        result.children.extend(teardown.router_held_empty(ctx, request.children))
+    result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
+    result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
 
 
 def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str) -> None:

@@ -553,17 +553,17 @@ class ControlPlane:
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
 
     def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
-        """Until every named CRD is Established. Not ``kubectl wait``: it fails at once ("accessor
-        error: <nil>") on a CRD whose status has no conditions yet, which a loaded API server shows
-        for a moment after the create."""
+        """Until every named CRD (every CRD, when none is named) is Established. Not ``kubectl wait``:
+        it fails at once ("accessor error: <nil>") on a CRD whose status has no conditions yet, which
+        a loaded API server shows for a moment after the create."""
         def established() -> bool:
-            got = self.kubectl_json("get", *[f"crd/{c}" for c in crds])
+            got = self.kubectl_json("get", *([f"crd/{c}" for c in crds] or ["crd"]))
             items = got.get("items", [got]) if got.get("kind") == "List" else [got]
-            return len(items) == len(crds) and all(
+            return (len(items) == len(crds) or not crds) and all(
                 any(c.get("type") == "Established" and c.get("status") == "True"
                     for c in (i.get("status") or {}).get("conditions") or []) for i in items)
 
-        wait_until(established, timeout=timeout, interval=0.25, message=f"CRDs {', '.join(crds)} Established")
+        wait_until(established, timeout=timeout, interval=0.25, message=f"CRDs {', '.join(crds) or '(all)'} Established")
 
     def apply(self, objects: str | Mapping[str, Any] | Sequence[Mapping[str, Any]],
               server_side: bool = False) -> subprocess.CompletedProcess[str]:

@@ -306,7 +306,7 @@ def start_operator(cp: e2e_cluster.ControlPlane, replicas: int = REPLICAS,
     webhook_port, hooks_port = e2e_cluster.free_ports(2)
     # 1. our CRDs
     cp.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crds"))
-    cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cp.wait_established()
     # 2. the webhook configurations (ModelDeployment writes fail closed until the operator answers)
     objects = _overlay(cp.work_dir, cp, webhook_port, hooks_port)
     webhooks = [o for o in objects if o["kind"] != "CompositeController"]

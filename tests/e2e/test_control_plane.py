@@ -242,7 +242,7 @@ def test_metacontroller_composite_controller_creates_child(
             }],
         },
     })
-    cp.kubectl("wait", "--for=condition=Established", f"crd/{plural}.{group}", "--timeout=30s")
+    cp.wait_established(f"{plural}.{group}", timeout=30)
     cp.apply({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "smoke"},

@@ -61,7 +61,7 @@ def _crd() -> dict[str, Any]:
 @pytest.fixture
 def harness_crd(control_plane: ControlPlane) -> Iterator[str]:
     control_plane.apply(_crd())
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{RESOURCE}")
+    control_plane.wait_established(RESOURCE)
     yield RESOURCE
     control_plane.kubectl("delete", "crd", RESOURCE, "--wait=false", "--ignore-not-found", check=False)
 

@@ -322,7 +322,7 @@ def installed(helm: Path, control_plane: e2e_cluster.ControlPlane) -> Iterator[O
     assert {o["kind"] for o in objects} == set(order)
     first = [o for o in objects if o["kind"] in order[:order.index("MutatingWebhookConfiguration")]]
     cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": first}))
-    cp.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cp.wait_established()
     cp.create_namespace(NAMESPACE)
     cp.apply([o for o in objects if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")])
     cert, key = cp.issue_serving_cert(("127.0.0.1", "localhost"))
