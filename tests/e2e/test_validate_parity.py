@@ -64,7 +64,7 @@ def _apply_extra_world(op: Operator) -> list[dict[str, Any]]:
     for original in _extra_world():
         obj = copy.deepcopy(original)
         status = obj.pop("status", None)
-        created = op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj), check=False)
+        created = op.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
         if created.returncode != 0:
             continue
         accepted.append(original)
@@ -94,11 +94,11 @@ def _delete_and_wait(op: Operator, name: str) -> None:
 def cluster_answer(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None) -> tuple[bool, str]:
     """(allowed, kubectl's stderr) for a create, or an update of `old` to `obj`."""
     if old is None:
-        result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj),
+        result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj),
                             check=False)
         return result.returncode == 0, result.stderr
     name = old["metadata"]["name"]
-    op.kubectl("create", "-f", "-", input=yaml.safe_dump(old))
+    op.kubectl("create", "-f", "-", input=json.dumps(old))
     try:
         for _attempt in range(10):
             # Metacontroller writes the stored object (finalizer, status): retry on its resourceVersion.
@@ -106,7 +106,7 @@ def cluster_answer(op: Operator, obj: dict[str, Any], old: dict[str, Any] | None
             new = copy.deepcopy(obj)
             new["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
             new["metadata"]["finalizers"] = stored["metadata"].get("finalizers", [])
-            result = op.kubectl("replace", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(new),
+            result = op.kubectl("replace", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(new),
                                 check=False)
             if "the object has been modified" not in result.stderr:
                 return result.returncode == 0, result.stderr
@@ -222,7 +222,7 @@ def test_a_routed_pair_runs_the_protocol_the_roles_and_the_probes_it_declares(op
     obj["spec"]["kvTransfer"] = {"protocol": "TCP"}
     for role in obj["spec"]["roles"]:
         role["replicas"] = 1
-    op.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+    op.kubectl("apply", "-f", "-", input=json.dumps(obj))
     try:
         def both() -> dict[str, dict[str, Any]] | None:
             # The deployment's Pods include the router's, which carry no role kind.
@@ -280,7 +280,9 @@ def _metadata_case(obj: dict[str, Any]) -> tuple[bool, str]:
 
 
 def _agree_on_create(op: Operator, obj: dict[str, Any], offline_allowed: bool, offline_message: str) -> None:
-    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    # Sent as JSON (here and everywhere in this module): PyYAML writes a generated value such as
+    # 09 unquoted, and kubectl's YAML 1.1 reader takes it for a number, judging another object.
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj), check=False)
     assert (result.returncode == 0) == offline_allowed, \
         f"cluster allowed={result.returncode == 0}, offline allowed={offline_allowed}\ncluster: {result.stderr}\n" \
         f"offline: {offline_message}"
@@ -316,7 +318,7 @@ def test_generated_names(op: Operator, name: str, generate: bool) -> None:
         obj["metadata"]["name"] = name
     offline = offline_verdict(copy.deepcopy(obj), None, _world(), kv_cache_dtype_owned=True)
     api_refusals = objectmeta.metadata_refusals(obj)
-    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj), check=False)
     # A name the API server takes may still be refused by a webhook rule (a dotted name: rule 8), so
     # the API server's own verdict is compared with the metadata refusals, the whole verdict with the cluster.
     if api_refusals:
@@ -344,7 +346,7 @@ def test_scaler_files(op: Operator, edit: str) -> None:
     obj["metadata"]["name"] = obj["metadata"]["name"] if edit == "uppercase-name" else "parity-scaler"
     SCALER_EDITS[edit](obj)
     offline = scaler_verdict(copy.deepcopy(obj), None, [], [])
-    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    result = op.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj), check=False)
     assert (result.returncode == 0) == offline.allowed, (edit, result.stderr, offline.message)
 
 
