@@ -5,6 +5,9 @@ alternately. Two rules keep them from undoing each other's work:
 
 - the planner never turns over a replica made by a newer render revision from the spec as it is
   now (judge_render, below): the older version counts it as up to date;
+- while deferring, every child other than a Pod (the router's objects, the Services, the endpoint
+  switch) is answered as the newer version last applied it (as_newer_applied, below), so the two
+  versions never alternate a router's render and roll its Pods back and forth;
 - the newest render revision that answered a pass records itself in `status.newestRender`,
   renewed whenever a pass of it writes a changed status (it is at work: turning over, creating);
   a version with an older revision that reads a record younger than NEWEST_RENDER_LEASE_SECONDS
@@ -17,10 +20,12 @@ Pure: the previous record, this operator's revision and `now` in, the record to 
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import Any
 
 from app import timestamps, vocab
+from app.api.objects import KubeObject, ObservedGroups
 from app.control import observed as obs
 from app.render.revision import pod_revision, pod_spec_generation
 
@@ -84,3 +89,34 @@ def judge_render(inst: obs.ObservedInstance | None, *, fingerprint: str, revisio
     if pods and all(pod_revision(p) > revision and pod_spec_generation(p) == generation for p in pods):
         return Standing.NEWER
     return Standing.OBSOLETE
+
+
+def _applied_record(observed: KubeObject | None) -> KubeObject | None:
+    """What Metacontroller last applied of an observed child (its last-applied record), None when
+    the child has none or it does not parse."""
+    if observed is None:
+        return None
+    annotations = (observed.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(vocab.ANNOTATION_LAST_APPLIED)
+    if not isinstance(text, str):
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and record.get("kind") == observed.get("kind") else None
+
+
+def as_newer_applied(children: list[KubeObject], observed: ObservedGroups) -> list[KubeObject]:
+    """A deferring pass's children: each one other than a Pod that exists is answered as
+    Metacontroller last applied it, which was the newer version's answer (applying it again changes
+    nothing); Pods are the planner's (it keeps the newer version's as they are), and a child that
+    does not exist yet is this version's render."""
+    out = []
+    for child in children:
+        key = f"{child.get('kind')}.{child.get('apiVersion')}"
+        meta = child.get("metadata") or {}
+        name = f"{meta.get('namespace')}/{meta.get('name')}"  # Metacontroller keys children namespace/name
+        seen = (observed.get(key) or {}).get(name) if child.get("kind") != vocab.KIND_POD else None
+        out.append(_applied_record(seen) or child)
+    return out

@@ -182,8 +182,7 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
         return rendered
     renders, intents = rendered
     observed_pods = obs.pods_by_role(ctx.name, request.children.get(vocab.CHILD_PODS))
-    if not finalizing:
-        _defer_to_newer(ctx, renders, now)
+    deferring = not finalizing and _defer_to_newer(ctx, renders, now)
 
     plans: list[RolePlan] = []
     children: list[KubeObject] = []
@@ -215,6 +214,8 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
     if joint.record is not None:
         result_status["jointAdmission"] = joint.record
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
+    if deferring:
+        children = skew.as_newer_applied(children, request.children)
     if not finalizing:
         result_status["newestRender"] = _newest_render(ctx, result_status, now)
     result = SyncResult(status=result_status, children=children, intents=intents,
@@ -235,14 +236,16 @@ def _finish_teardown(ctx: DeploymentContext, request: HookRequest, plans: list[R
     result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
 
 
-def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str) -> None:
+def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str) -> bool:
     """docs/operations.md#upgrading-the-operator: while a newer operator answers this deployment's
-    passes, this one holds new replicas of every role (the newer one creates and turns over)."""
+    passes, this one holds new replicas of every role (the newer one creates and turns over) and
+    answers its other children as the newer one applied them. True while deferring."""
     own = effective_revision(ctx.options.render_rehearsal)
     newer = skew.defers_to((ctx.md.status or {}).get("newestRender"), own, now)
     if newer is not None:
         for render in renders:
             render.hold = render.hold or skew.hold(newer, own)
+    return newer is not None
 
 
 def _newest_render(ctx: DeploymentContext, written: KubeObject, now: str) -> dict[str, Any]:

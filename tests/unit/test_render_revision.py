@@ -10,6 +10,7 @@ deployment already running: it records the new hash under the same revision, and
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 
@@ -22,6 +23,7 @@ from app.control import observed as obs
 from app.control.rollout import Situation, Standing, classify, judge_render
 from app.control.skew import defers_to, record
 from app.render.revision import RENDER_REVISION, effective_revision, pod_revision, pod_spec_generation
+from tests.helpers import NOW, by_kind, parent, sync
 from tests.unit.test_golden import INPUTS, render
 
 # (RENDER_REVISION, sha256 of the reference Pods) as last recorded.
@@ -125,3 +127,25 @@ def test_the_newest_render_record(case, previous, own, now, changed, written, de
     assert defers_to(previous, own, now) == deferring, case
     assert record(previous, own, now, changed=changed) == written, case
     assert vocab.NEWEST_RENDER_LEASE_SECONDS == 180  # T3 is exactly one lease after T0
+
+
+def test_a_deferring_pass_answers_the_router_and_services_as_the_newer_version_applied_them():
+    """While a newer version answers the other passes, the router's Deployment (and every other child
+    but the Pods) is answered as Metacontroller last applied it, so two versions that render the router
+    differently never roll its Pods back and forth; a child not created yet is this version's render."""
+    md = parent("pd-pair")
+    own = sync(md)
+    theirs = copy.deepcopy(by_kind(own, "Deployment")[0])
+    theirs["spec"]["template"]["metadata"].setdefault("annotations", {})["rendered-by"] = "the newer version"
+    live = copy.deepcopy(theirs)
+    live["metadata"].setdefault("annotations", {})[vocab.ANNOTATION_LAST_APPLIED] = json.dumps(theirs)
+    live["metadata"]["uid"], live["status"] = "router-deployment-uid", {"replicas": 1}
+
+    md["status"] = {"newestRender": {"revision": RENDER_REVISION + 1, "renewedAt": NOW}}
+    deferring = sync(md, children=[live])
+    assert by_kind(deferring, "Deployment") == [theirs]
+    assert by_kind(deferring, "Service") == by_kind(own, "Service")  # none live: rendered here
+
+    md["status"] = {"newestRender": {"revision": RENDER_REVISION, "renewedAt": NOW}}
+    newest = sync(md, children=[live])
+    assert by_kind(newest, "Deployment") == by_kind(own, "Deployment")
