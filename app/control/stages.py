@@ -29,6 +29,14 @@ _PRECEDENCE = (vocab.STAGE_FAILING, vocab.STAGE_SCHEDULING, vocab.STAGE_PULLING,
 MESSAGE_LIMIT = 2048
 REASON_LIMIT = 128
 
+# How a message quotes Kueue's eviction (its Evicted or Preempted condition's words), so a later pass
+# finds them again in the last written status (see carry_eviction).
+EVICTED_BY = "evicted by Kueue: "
+_EVICTION_TAILS = ("; rebuilt whole", "; requeued")
+# The stages a rebuilt replica waits in before Kueue admits it again.
+_QUEUED_AGAIN = (vocab.STAGE_REASON_CREATING, vocab.STAGE_REASON_POD_GROUP_INCOMPLETE, vocab.STAGE_REASON_NO_WORKLOAD,
+                 vocab.STAGE_REASON_QUOTA_PENDING)
+
 _LEAVING = {Action.SHED: vocab.STAGE_REASON_SCALE_DOWN, Action.REPLACE: vocab.STAGE_REASON_ROLLOUT,
             Action.SUPERSEDE: vocab.STAGE_REASON_SUPERSEDED, Action.REBUILD: vocab.STAGE_REASON_DEPARTED}
 
@@ -200,7 +208,7 @@ def workload_stage(workload: KubeObject | None, group: str) -> Stage | None:
     if obs.workload_evicted(workload):
         cond = obs.condition(workload, vocab.KUEUE_COND_EVICTED) or obs.condition(workload, vocab.KUEUE_COND_PREEMPTED)
         return Stage(vocab.STAGE_QUEUED, vocab.STAGE_REASON_EVICTED,
-                     f"Workload {group}: {(cond or {}).get('message') or 'evicted'}; requeued")
+                     f"Workload {group}: {EVICTED_BY}{(cond or {}).get('message') or 'evicted'}; requeued")
     cond = obs.condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
     return Stage(vocab.STAGE_QUEUED, vocab.STAGE_REASON_QUOTA_PENDING,
                  f"Workload {group}: {(cond or {}).get('message') or 'waiting in its queue for quota'}")
@@ -238,7 +246,7 @@ def _departure(inst: obs.ObservedInstance, workload: KubeObject | None) -> str:
     """Why a departed replica is rebuilt, from what shows it."""
     if obs.workload_evicted(workload):
         cond = obs.condition(workload, vocab.KUEUE_COND_EVICTED) or obs.condition(workload, vocab.KUEUE_COND_PREEMPTED)
-        return f"evicted by Kueue: {(cond or {}).get('message') or 'no message'}; rebuilt whole"
+        return f"{EVICTED_BY}{(cond or {}).get('message') or 'no message'}; rebuilt whole"
     for pod in inst.pods:
         status = _dict(pod.get("status"))
         if obs.pod_finished(pod):
@@ -291,6 +299,41 @@ def previous_stages(md_status: KubeObject | None, role: str) -> dict[int, tuple[
     return out
 
 
+def previous_evictions(md_status: KubeObject | None, role: str) -> dict[int, str]:
+    """ordinal -> Kueue's eviction words, for each replica the last written status shows evicted
+    (Leaving, or Queued after it): Kueue deletes the evicted Workload with its Pods, so the status is
+    the one place left that still says why the replica was rebuilt."""
+    out: dict[int, str] = {}
+    for entry in (md_status or {}).get("roles") or []:
+        if not isinstance(entry, dict) or entry.get("name") != role:
+            continue
+        for item in entry.get("notReady") or []:
+            if not isinstance(item, dict) or not isinstance(item.get("ordinal"), int) \
+                    or not isinstance(item.get("message"), str) \
+                    or item.get("stage") not in (vocab.STAGE_LEAVING, vocab.STAGE_QUEUED):
+                continue
+            _, marker, words = item["message"].partition(EVICTED_BY)
+            for tail in _EVICTION_TAILS:
+                words = words.removesuffix(tail)
+            if marker and words:
+                out[item["ordinal"]] = words
+    return out
+
+
+def carry_eviction(stage: Stage, eviction: str | None) -> Stage:
+    """Kueue's eviction words (who preempted the replica and why) stay on it until Kueue admits it
+    again: while its Pods terminate (`Leaving` / `Departed`, the Pod's own message first) and while
+    it is rebuilt and waits, `Queued` / `Evicted` with its new Workload's message first (what it
+    waits for). docs/status.md#replica-stages"""
+    if eviction is None or EVICTED_BY in stage.message:
+        return stage
+    if stage.stage == vocab.STAGE_LEAVING and stage.reason == vocab.STAGE_REASON_DEPARTED:
+        return Stage(stage.stage, stage.reason, f"{stage.message}; {EVICTED_BY}{eviction}")
+    if stage.stage != vocab.STAGE_QUEUED or stage.reason not in _QUEUED_AGAIN:
+        return stage
+    return Stage(vocab.STAGE_QUEUED, vocab.STAGE_REASON_EVICTED, f"{stage.message}; {EVICTED_BY}{eviction}")
+
+
 def since(previous: tuple[str, str] | None, stage: str, now: str) -> str:
     """The stage's start: carried over while the replica stays in it, the pass's time when it enters."""
     if previous is not None and previous[0] == stage and timestamps.parse(previous[1]) is not None:
@@ -302,6 +345,7 @@ def role_stages(ctx: DeploymentContext, plan: RolePlan, observed: dict[int, obs.
                 now: str) -> RoleStages:
     """Every not-Ready replica of the role, in ordinal order, the first MAX_LISTED_NOT_READY listed."""
     previous = previous_stages(ctx.md.status, plan.role)
+    evictions = previous_evictions(ctx.md.status, plan.role)
     found: list[ReplicaStage] = []
     for entry in sorted(plan.ordinals, key=lambda e: e.ordinal):
         group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
@@ -309,6 +353,7 @@ def role_stages(ctx: DeploymentContext, plan: RolePlan, observed: dict[int, obs.
         stage = replica_stage(entry, inst, ctx.world.workload(ctx.namespace, group), group)
         if stage is None:
             continue
+        stage = carry_eviction(stage, evictions.get(entry.ordinal))
         found.append(ReplicaStage(plan.role, entry.ordinal, inst.incarnation() if inst and inst.pods else 0, stage,
                                   since(previous.get(entry.ordinal), stage.stage, now)))
     listed = found[:vocab.MAX_LISTED_NOT_READY]

@@ -6,8 +6,10 @@ On the real node (kubelet + containerd, the stub engine): an image that is not p
 ErrImageNeverPull), an engine that exits at start (Failing, its exit code and restart count), a
 slow start (Starting, the startup probe's budget), a replica no node has room for (Scheduling, the
 scheduler's message: the kwok pools place through Kueue's topology-aware scheduling, which keeps a
-replica that fits no node Queued rather than handing it to the scheduler). On the kwok pool: a quota shortfall (Queued, Kueue's message). Then
-`modeldeployment plan` is checked against what the operator then does: a scale-up, an image edit and
+replica that fits no node Queued rather than handing it to the scheduler). On the kwok pool: a quota
+shortfall (Queued, Kueue's message); a preemption (two ClusterQueues of one Cohort: the lender
+reclaims its cards from a borrower's replica, which is Leaving, then rebuilt and Queued / Evicted,
+with Kueue's preemption message). Then `modeldeployment plan` is checked against what the operator then does: a scale-up, an image edit and
 an env edit (the order the replicas roll in), a scale-down and a refused edit.
 
 Every wait is bound by progress (a stage reached, a Pod created), with room for a loaded machine.
@@ -31,6 +33,7 @@ import realnode as e2e_realnode
 from md_operator import NAMESPACE, REPO, Operator
 
 from app import vocab
+from app.render import names
 
 IT = e2e_realnode.REAL_NODE_INSTANCE_TYPE
 H20 = "gpustack-nvidia-h20-linux-amd64"
@@ -224,6 +227,112 @@ def test_a_quota_shortfall_is_queued_with_kueues_message(op: Operator) -> None:
         assert row[2:4] == [vocab.STAGE_QUEUED, vocab.STAGE_REASON_QUOTA_PENDING], row
     finally:
         delete_md(op, "hog", "starved")
+
+
+PREEMPT = "e2e-preempt"
+HOLD = "e2e.modeldeployment/hold"
+
+
+def release(op: Operator, pod: str) -> None:
+    """Take our finalizer off the Pod (a merge patch writes the list whole: the others kept)."""
+    finalizers = op.get("pod", pod, "-n", NAMESPACE)["metadata"].get("finalizers") or []
+    op.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
+               json.dumps({"metadata": {"finalizers": [f for f in finalizers if f != HOLD]}}), check=False)
+
+
+def preemption_pool() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Two pools over one flavor (the H20 nodes, placed through the same topology as the H20 pool),
+    their ClusterQueues in one Cohort: the lender owns 2 cards and reclaims them (reclaimWithinCohort),
+    the borrower owns none. Each ClusterQueue lists our joint AdmissionCheck, as the pools do
+    (manifests/kueue); each InstanceType names its LocalQueue in status.entrance."""
+    world = [o for o in yaml.safe_load_all((REPO / "examples" / "world" / "instancetypes.yaml").read_text()) if o]
+    h20 = next(o for o in world if o["kind"] == "InstanceType" and o["metadata"]["name"] == H20)
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": PREEMPT},
+              "spec": {"nodeLabels": {"gpustack.ai/instance-type": H20}, "topologyName": "gpustack-rack-host"}}
+    kueue, types = [flavor], []
+    for side, cards in (("lender", 2), ("borrower", 0)):
+        name = f"{PREEMPT}-{side}"
+        spec: dict[str, Any] = {
+            "cohortName": PREEMPT, "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "gpustack-model-deployment-joint"}]},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"],
+                                "flavors": [{"name": PREEMPT, "resources": [
+                                    {"name": "cpu", "nominalQuota": "64"}, {"name": "memory", "nominalQuota": "256Gi"},
+                                    {"name": "ephemeral-storage", "nominalQuota": "200Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": str(cards)}]}]}]}
+        if side == "lender":
+            spec["preemption"] = {"reclaimWithinCohort": "Any"}
+        kueue += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+                   "spec": spec},
+                  {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                   "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"clusterQueue": name}}]
+        it = json.loads(json.dumps(h20))
+        it["metadata"] = {"name": name}
+        it["spec"]["unitResources"] = {"cpu": "2", "ram": "8Gi"}
+        it["status"].update(entrance=name, accelerator={"capacity": 2, "remaining": 2, "onceMaxRequest": 2})
+        types.append(it)
+    return kueue, types
+
+
+def test_a_preempted_replica_is_queued_with_kueues_preemption_message(op: Operator) -> None:
+    """A deployment borrowing the lender's cards serves; one in the lender's queue needs them back:
+    Kueue preempts the borrower (reclamation within the cohort). The preempted replica is rebuilt
+    and waits for quota, Queued / Evicted with Kueue's words naming its preemptor."""
+    kueue, types = preemption_pool()
+    op.cp.apply(kueue)
+    for it in types:
+        status = it.pop("status")
+        op.cp.apply(it)
+        op.kubectl("patch", "instancetypes.worker.gpustack.ai", it["metadata"]["name"], "--subresource=status",
+                   "--type=merge", "-p", json.dumps({"status": status}))
+    try:
+        apply(op, kwok_md("borrower", 1, f"{PREEMPT}-borrower", 2))
+        op.wait("borrower Ready", lambda: (op.md("borrower").get("status") or {}).get("phase") == "Ready", 240, 2)
+        # A kwok Pod is gone the moment it is deleted; a kubelet takes its grace period. Our
+        # finalizer stands for that while the story reads the replica Leaving.
+        [held] = op.pods("borrower")
+        op.kubectl("patch", "pod", held["metadata"]["name"], "-n", NAMESPACE, "--type=json", "-p",
+                   json.dumps([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]))
+        apply(op, kwok_md("lender", 1, f"{PREEMPT}-lender", 2))
+        _, leaving = stage_reached(op, "borrower", "borrower's replica Leaving, preempted",
+                                   lambda e: e["reason"] == vocab.STAGE_REASON_DEPARTED
+                                   and "Preempted to accommodate" in e["message"])
+        assert leaving["stage"] == vocab.STAGE_LEAVING, leaving
+        row = status_row(op, "borrower")
+        assert row[2:4] == [vocab.STAGE_LEAVING, vocab.STAGE_REASON_DEPARTED], row
+        assert "reclamation within the cohort" in " ".join(row[7:]), row
+        release(op, held["metadata"]["name"])
+
+        op.wait("lender Ready on the reclaimed cards",
+                lambda: (op.md("lender").get("status") or {}).get("phase") == "Ready", 240, 2)
+        _, queued = stage_reached(op, "borrower", "borrower's replica rebuilt and Queued for quota, preempted",
+                                  lambda e: e["reason"] == vocab.STAGE_REASON_EVICTED
+                                  and "insufficient unused quota" in e["message"]
+                                  and "Preempted to accommodate" in e["message"])
+        assert queued["stage"] == vocab.STAGE_QUEUED, queued
+        # Kueue's own words (its Preempted condition, pkg/scheduler/preemption): the preemptor's
+        # Workload, the reason, both ClusterQueues; first what the rebuilt replica waits for.
+        lender_group = names.pod_group(NAMESPACE, "lender", "server", 0)
+        lender_uid = op.get("workloads.kueue.x-k8s.io", lender_group, "-n", NAMESPACE)["metadata"]["uid"]
+        assert f"Preempted to accommodate a workload (UID: {lender_uid}," in queued["message"], queued
+        assert "due to reclamation within the cohort" in queued["message"], queued
+        assert f"preemptor path: /{PREEMPT}/{PREEMPT}-lender; preemptee path: /{PREEMPT}/{PREEMPT}-borrower" \
+            in queued["message"], queued
+        assert f"insufficient unused quota for nvidia.com/gpu in flavor {PREEMPT}" in queued["message"], queued
+        row = status_row(op, "borrower")
+        assert row[2:4] == [vocab.STAGE_QUEUED, vocab.STAGE_REASON_EVICTED], row
+        assert "reclamation within the cohort" in " ".join(row[7:]), row
+    finally:
+        for pod in op.pods("borrower"):
+            if HOLD in (pod["metadata"].get("finalizers") or []):
+                release(op, pod["metadata"]["name"])
+        delete_md(op, "borrower", "lender")
+        for it in types:
+            op.kubectl("delete", "instancetypes.worker.gpustack.ai", it["metadata"]["name"], "--wait=false", check=False)
+        for obj in reversed(kueue):
+            ns = ["-n", NAMESPACE] if obj["kind"] == "LocalQueue" else []
+            op.kubectl("delete", f"{obj['kind'].lower()}s.kueue.x-k8s.io", obj["metadata"]["name"], *ns,
+                       "--wait=false", check=False)
 
 
 def plan(op: Operator, obj: dict[str, Any], tmp: Any) -> subprocess.CompletedProcess[str]:

@@ -296,13 +296,19 @@ def test_since_is_carried_over_and_moves_when_the_stage_does():
     assert entry["startupBudgetSeconds"] == vocab.STARTUP_PERIOD_SECONDS * vocab.STARTUP_FAILURE_THRESHOLD
 
 
-def test_a_quota_shortfall_lists_kueues_message_through_the_sync():
+def _short_of_quota() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A deployment whose Pods wait for quota: (it, its Pods, their Workloads with Kueue's message)."""
     md = parent("qwen-chat")
     observed = _observed(sync(md), {"phase": "Pending"}, node=None)
     related = _workloads(observed, reserved=False, admitted=False)
     for wl in related:
         wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
                                        "message": KUEUE_QUOTA_MESSAGE}]
+    return md, observed, related
+
+
+def test_a_quota_shortfall_lists_kueues_message_through_the_sync():
+    md, observed, related = _short_of_quota()
     entry = _pass(md, observed, related, NOW).status["roles"][0]["notReady"][0]
     assert (entry["stage"], entry["reason"]) == (vocab.STAGE_QUEUED, vocab.STAGE_REASON_QUOTA_PENDING)
     assert KUEUE_QUOTA_MESSAGE in entry["message"]
@@ -346,3 +352,65 @@ def test_a_long_message_is_cut_to_the_limit():
     stage = stages.Stage(vocab.STAGE_SCHEDULING, "x" * 500, "m" * 100_000)
     wired = stages.ReplicaStage("server", 0, 0, stage, NOW).wire()
     assert len(wired["message"]) == stages.MESSAGE_LIMIT and len(wired["reason"]) == stages.REASON_LIMIT
+
+
+KUEUE_PREEMPTED_MESSAGE = ("Preempted to accommodate a workload (UID: 0a1b, JobUID: UNKNOWN) due to reclamation within "
+                           "the cohort; preemptor path: /pool/lender; preemptee path: /pool/borrower")
+
+
+def test_a_replica_rebuilt_after_a_preemption_stays_queued_evicted_with_kueues_words_until_admitted():
+    """Kueue deletes the preempted Workload with its Pods; the rebuilt replica's new Workload waits
+    for quota. The last written status (Leaving: evicted by Kueue) is the one place left that says
+    why: the Queued entry keeps Kueue's words, on every pass alike, until Kueue admits it again."""
+    md, observed, related = _short_of_quota()
+    role = sync(md).status["roles"][0]["name"]
+    md["status"] = {"roles": [{"name": role, "notReady": [
+        {"ordinal": 0, "stage": vocab.STAGE_LEAVING, "reason": vocab.STAGE_REASON_DEPARTED, "since": NOW,
+         "message": f"{stages.EVICTED_BY}{KUEUE_PREEMPTED_MESSAGE}; rebuilt whole"}]}]}
+    first = _pass(md, observed, related, later(5))
+    entry, other = first.status["roles"][0]["notReady"][:2]
+    assert (entry["stage"], entry["reason"], entry["since"]) == (vocab.STAGE_QUEUED, vocab.STAGE_REASON_EVICTED, later(5))
+    assert KUEUE_QUOTA_MESSAGE in entry["message"] and entry["message"].endswith(KUEUE_PREEMPTED_MESSAGE), entry
+    assert other["reason"] == vocab.STAGE_REASON_QUOTA_PENDING  # never evicted: nothing carried
+    md["status"] = json.loads(json.dumps(first.status))
+    assert _pass(md, observed, related, later(600)).status == first.status
+
+    # Admitted again (quota reserved, our check pending): the eviction is behind it.
+    reserved = _workloads(observed, reserved=True, admitted=False)
+    entry = _pass(md, observed, reserved, later(700)).status["roles"][0]["notReady"][0]
+    assert entry["stage"] == vocab.STAGE_ADMITTING and KUEUE_PREEMPTED_MESSAGE not in entry["message"]
+
+
+def test_an_eviction_is_kept_while_the_departed_replicas_pods_terminate():
+    terminating = stages.Stage(vocab.STAGE_LEAVING, vocab.STAGE_REASON_DEPARTED,
+                               "Pod p-0 is being deleted; rebuilt whole once it is gone")
+    kept = stages.carry_eviction(terminating, KUEUE_PREEMPTED_MESSAGE)
+    assert (kept.stage, kept.reason) == (vocab.STAGE_LEAVING, vocab.STAGE_REASON_DEPARTED)
+    assert kept.message == f"{terminating.message}; {stages.EVICTED_BY}{KUEUE_PREEMPTED_MESSAGE}"
+    assert stages.carry_eviction(kept, KUEUE_PREEMPTED_MESSAGE) == kept  # found again, said once
+    assert stages.previous_evictions({"roles": [{"name": "main", "notReady": [
+        {"ordinal": 0, "stage": kept.stage, "message": kept.message}]}]}, "main") == {0: KUEUE_PREEMPTED_MESSAGE}
+
+
+@pytest.mark.parametrize("stage, reason", [(vocab.STAGE_QUEUED, vocab.STAGE_REASON_HELD),
+                                           (vocab.STAGE_ADMITTING, vocab.STAGE_REASON_ADMISSION_CHECK),
+                                           (vocab.STAGE_PULLING, vocab.STAGE_REASON_CONTAINER_CREATING)])
+def test_an_eviction_is_carried_only_while_the_rebuilt_replica_waits_for_kueue(stage: str, reason: str):
+    waiting_stage = stages.Stage(stage, reason, "its own message")
+    assert stages.carry_eviction(waiting_stage, KUEUE_PREEMPTED_MESSAGE) is waiting_stage
+    queued = stages.Stage(vocab.STAGE_QUEUED, vocab.STAGE_REASON_QUOTA_PENDING, "Workload wl: no quota")
+    assert stages.carry_eviction(queued, None) is queued
+
+
+def test_the_eviction_words_are_found_in_a_leaving_or_evicted_entry_only():
+    evicted = stages.workload_stage(
+        {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
+                                    "message": KUEUE_PREEMPTED_MESSAGE}]}}, "wl")
+    assert evicted is not None
+    status = {"roles": [{"name": "main", "notReady": [
+        {"ordinal": 0, "stage": evicted.stage, "message": evicted.message},
+        {"ordinal": 1, "stage": vocab.STAGE_LEAVING, "message": "Pod p-1 failed: Error; rebuilt whole"},
+        {"ordinal": 2, "stage": vocab.STAGE_STARTING, "message": f"{stages.EVICTED_BY}forged"},
+        {"ordinal": 3, "stage": vocab.STAGE_LEAVING, "message": 7}]}]}
+    assert stages.previous_evictions(status, "main") == {0: KUEUE_PREEMPTED_MESSAGE}
+    assert stages.previous_evictions(status, "other") == {}
