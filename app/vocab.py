@@ -107,6 +107,10 @@ LABEL_KUEUE_MANAGED = "kueue.x-k8s.io/managed"
 # Kueue's Pod webhook adds a finalizer of the same name; Kueue strips it when the group's Workload
 # is deleted (or to release a Pod that can no longer run).
 FINALIZER_KUEUE_MANAGED = LABEL_KUEUE_MANAGED
+# Metacontroller's finalizer on a ModelDeployment (it names it after the CompositeController,
+# `modeldeployment`). The mutating webhook puts it on at CREATE: a deployment is born with it, so a
+# delete can never skip the finalize hook (docs/metacontroller.md#finalize).
+FINALIZER_METACONTROLLER = "metacontroller.io/compositecontroller-modeldeployment"
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 # llm-d's Endpoint Picker reads the engine type of a routed Pod from this label.

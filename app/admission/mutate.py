@@ -1,10 +1,14 @@
-"""The mutating half: the one default a schema cannot reach.
+"""The mutating half: the one default a schema cannot reach, and Metacontroller's finalizer.
 
 `roles[].resources.accelerator` defaults to 1 on an acceleratable InstanceType (read live); an
-explicit value, 0 included, is kept. Nothing else is mutated: every other default lives in the
-CRD schema. A type that does not exist is left alone (the validating half refuses it), and an
-object being deleted is not mutated at all: a deleted InstanceType must not stand in the way of
-the update that clears the finalizer.
+explicit value, 0 included, is kept. Every other default lives in the CRD schema. A type that does
+not exist is left alone (the validating half refuses it), and an object being deleted is not
+mutated at all: a deleted InstanceType must not stand in the way of the update that clears the
+finalizer.
+
+A CREATE also gets Metacontroller's finalizer (docs/metacontroller.md#finalize): Metacontroller adds
+it only at its first pass, and a delete that reaches the API server in between removes the object
+at once, without the finalize hook, leaving its Pods to the garbage collector.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from app import vocab
 from app.api.objects import KubeObject
 from app.world import World
 
@@ -62,6 +67,20 @@ def accelerator_defaults(raw: KubeObject, world: World) -> list[dict[str, Any]]:
             ops.append({"op": "add", "path": f"/spec/roles/{index}/resources",
                         "value": {"accelerator": DEFAULT_ACCELERATOR}})
     return ops
+
+
+def finalizer_on_create(raw: KubeObject, operation: str) -> list[dict[str, Any]]:
+    """The JSONPatch operation that puts Metacontroller's finalizer on a deployment being created
+    (none on another operation or when it is there)."""
+    meta = raw.get("metadata")
+    if operation != "CREATE" or not isinstance(meta, dict):
+        return []
+    finalizers = meta.get("finalizers")
+    if finalizers is None:
+        return [{"op": "add", "path": "/metadata/finalizers", "value": [vocab.FINALIZER_METACONTROLLER]}]
+    if not isinstance(finalizers, list) or vocab.FINALIZER_METACONTROLLER in finalizers:
+        return []  # a malformed list is the validating half's to refuse
+    return [{"op": "add", "path": "/metadata/finalizers/-", "value": vocab.FINALIZER_METACONTROLLER}]
 
 
 def apply_patch(raw: KubeObject, ops: list[dict[str, Any]]) -> KubeObject:

@@ -209,12 +209,13 @@ async def _handle_review(body: Any, what: str, judge: Judge) -> dict[str, Any]:
 
 async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
     async def judge(uid: str, request: ReviewRequest, obj: dict[str, Any], started: float) -> dict[str, Any]:
+        finalizer = mutate.finalizer_on_create(obj, request.operation)
         if not mutate.roles_to_default(obj):
-            return answer(uid, allowed=True)
+            return answer(uid, allowed=True, patch=finalizer)
         md, _errors = validate.parse(obj)
         if md is None:
             # Not a valid ModelDeployment: the schema check after this webhook reports it precisely.
-            return answer(uid, allowed=True)
+            return answer(uid, allowed=True, patch=finalizer)
         try:
             world = await _read_world(source, md)
         except ClusterUnreachable as exc:
@@ -222,7 +223,7 @@ async def mutate_review(body: Any, source: WorldSource) -> dict[str, Any]:
         ops = mutate.accelerator_defaults(obj, world)
         log.info("mutate %s %s/%s: %d default(s) in %.0f ms", request.operation, md.metadata.namespace,
                  md.metadata.name, len(ops), (time.monotonic() - started) * 1000)
-        return answer(uid, allowed=True, patch=ops)
+        return answer(uid, allowed=True, patch=finalizer + ops)
 
     return await _handle_review(body, "mutating", judge)
 

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import vocab
 from app.admission.review import request_uid
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
@@ -76,15 +77,33 @@ def test_examples_are_admitted(client: TestClient, obj: dict[str, Any]) -> None:
         assert res.status_code == 200
         response = assert_well_formed(res.json(), "3f1c2b7e-0000-4000-8000-000000000001")
         assert response["allowed"] is True
-        assert "patch" not in response
+        # A create is born with Metacontroller's finalizer (docs/metacontroller.md#finalize); nothing else.
+        assert patch_of(response) == ([FINALIZER_OP] if path == "/webhooks/mutate" else [])
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+
+
+FINALIZER_OP = {"op": "add", "path": "/metadata/finalizers", "value": [vocab.FINALIZER_METACONTROLLER]}
 
 
 def test_mutate_defaults_the_accelerator(client: TestClient) -> None:
     obj = copy.deepcopy(EXAMPLE_OBJECTS[-1])
     obj["spec"]["roles"][0].pop("resources")
     response = assert_well_formed(client.post("/webhooks/mutate", json=review(obj, uid="u-9")).json(), "u-9")
-    assert json.loads(base64.b64decode(response["patch"])) == [
-        {"op": "add", "path": "/spec/roles/0/resources", "value": {"accelerator": 1}}]
+    assert patch_of(response) == [FINALIZER_OP, {"op": "add", "path": "/spec/roles/0/resources", "value": {"accelerator": 1}}]
+    updated = client.post("/webhooks/mutate", json=review(obj, obj, uid="u-10")).json()["response"]
+    assert patch_of(updated) == [{"op": "add", "path": "/spec/roles/0/resources", "value": {"accelerator": 1}}]
+
+
+def test_a_create_is_born_with_metacontrollers_finalizer_once(client: TestClient) -> None:
+    obj = copy.deepcopy(EXAMPLE_OBJECTS[-1])
+    obj["metadata"]["finalizers"] = ["example.com/keep"]
+    response = client.post("/webhooks/mutate", json=review(obj)).json()["response"]
+    assert patch_of(response) == [{"op": "add", "path": "/metadata/finalizers/-", "value": vocab.FINALIZER_METACONTROLLER}]
+    obj["metadata"]["finalizers"].append(vocab.FINALIZER_METACONTROLLER)
+    assert patch_of(client.post("/webhooks/mutate", json=review(obj)).json()["response"]) == []
 
 
 def test_validate_refuses_with_paths_and_ways_out(client: TestClient) -> None:
@@ -116,7 +135,7 @@ def test_missing_instance_type_is_refused_and_not_mutated(client: TestClient) ->
     obj["spec"]["roles"][0]["instanceType"] = "gpustack-nvidia-b200-linux-amd64"
     obj["spec"]["roles"][0].pop("resources")
     mutated = client.post("/webhooks/mutate", json=review(obj)).json()["response"]
-    assert mutated["allowed"] is True and "patch" not in mutated
+    assert mutated["allowed"] is True and patch_of(mutated) == [FINALIZER_OP]
     validated = client.post("/webhooks/validate", json=review(obj)).json()["response"]
     assert validated["allowed"] is False
     assert "spec.roles[0].instanceType: InstanceType 'gpustack-nvidia-b200-linux-amd64' does not exist" in \

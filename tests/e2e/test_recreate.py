@@ -147,3 +147,28 @@ def test_a_deployment_recreated_at_once_never_selects_a_pod_of_its_previous_inca
     op.kubectl("delete", "md", NAME, "-n", NAMESPACE, "--wait=false")
     op.wait(f"{NAME} to be gone", lambda: op.kubectl("get", "md", NAME, "-n", NAMESPACE, check=False).returncode != 0,
             120)
+
+
+def test_a_deployment_deleted_the_moment_it_is_created_goes_through_finalize(op: Operator) -> None:
+    """A delete racing Metacontroller's first pass: born with Metacontroller's finalizer (the mutating
+    webhook adds it at CREATE), the deployment is never removed outright, so the finalize hook waits
+    for every Pod and Workload the first pass made (docs/metacontroller.md#finalize). With the garbage
+    collector stopped, a skipped finalize would leave them standing once the object is gone."""
+    name = "blink"
+    obj = routed_pair(name)
+    del obj["spec"]["router"]
+    manifest = yaml.safe_dump(obj)
+    op.cp.stop_component("kube-controller-manager")
+    try:
+        for round_ in range(ROUNDS):
+            created = yaml.safe_load(op.kubectl("create", "-f", "-", "-o", "yaml", input=manifest).stdout)
+            assert "metacontroller.io/compositecontroller-modeldeployment" in created["metadata"]["finalizers"], \
+                created["metadata"]
+            time.sleep(0.2 * round_)  # at once, then as the first pass creates the Pods
+            op.kubectl("delete", "md", name, "-n", NAMESPACE, "--wait=false")
+            op.wait(f"round {round_}: {name} to be gone",
+                    lambda: op.kubectl("get", "md", name, "-n", NAMESPACE, check=False).returncode != 0, 120)
+            left = [p["metadata"]["name"] for p in op.pods(name)]
+            assert left == [], f"round {round_}: {name} is gone while its Pods are left: {left}"
+    finally:
+        op.cp.start_component("kube-controller-manager")

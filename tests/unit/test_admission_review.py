@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from app import vocab
 from app.admission import offline, review
-from app.admission.mutate import accelerator_defaults, apply_patch, roles_to_default
+from app.admission.mutate import accelerator_defaults, apply_patch, finalizer_on_create, roles_to_default
 from app.api.v1 import ModelDeployment
 from app.kube.client import ClusterUnreachable
 from app.world import World, load_yaml_objects
@@ -66,6 +67,10 @@ def hanging_source() -> review.WorldSource:
     return source
 
 
+# Every create is born with Metacontroller's finalizer (docs/metacontroller.md#finalize).
+FINALIZER_OP = {"op": "add", "path": "/metadata/finalizers", "value": [vocab.FINALIZER_METACONTROLLER]}
+
+
 def mutate(body: Any, source: review.WorldSource | None = None) -> dict[str, Any]:
     return asyncio.run(review.mutate_review(body, source or world_source()))
 
@@ -91,6 +96,7 @@ def test_accelerator_defaults_to_one_on_an_acceleratable_type() -> None:
     assert answer["response"]["allowed"] is True and answer["response"]["uid"] == "uid-1"
     ops = patch_of(answer)
     assert ops == [
+        FINALIZER_OP,
         {"op": "add", "path": "/spec/roles/0/resources", "value": {"accelerator": 1}},
         {"op": "add", "path": "/spec/roles/1/resources/accelerator", "value": 1},
     ]
@@ -106,10 +112,11 @@ def test_a_null_resources_block_is_replaced() -> None:
     assert apply_patch(obj, ops)["spec"]["roles"][0]["resources"] == {"accelerator": 1}
 
 
-def test_nothing_to_default_reads_nothing_and_patches_nothing() -> None:
+def test_nothing_to_default_reads_nothing_and_patches_only_the_finalizer() -> None:
     obj = md({"name": "a", "instanceType": A10G, "resources": {"accelerator": 2}})
     answer = mutate(admission_review(obj), unreachable_source())
-    assert answer["response"] == {"uid": "uid-1", "allowed": True}
+    assert answer["response"]["allowed"] is True and patch_of(answer) == [FINALIZER_OP]
+    assert mutate(admission_review(obj, obj), unreachable_source())["response"] == {"uid": "uid-1", "allowed": True}
 
 
 def test_mutation_declines_for_an_object_being_deleted() -> None:
@@ -128,7 +135,7 @@ def test_mutation_fails_closed_when_the_type_cannot_be_read() -> None:
 
 def test_mutation_leaves_an_invalid_object_to_the_schema() -> None:
     obj = md({"name": "a", "instanceType": A10G, "replicas": "many"})
-    assert mutate(admission_review(obj))["response"] == {"uid": "uid-1", "allowed": True}
+    assert patch_of(mutate(admission_review(obj))) == [FINALIZER_OP]
 
 
 def test_accelerator_defaults_is_pure_over_the_world() -> None:
@@ -257,7 +264,7 @@ def test_warnings_are_capped_at_the_api_server_limit() -> None:
 def test_examples_pass_untouched(path: Path) -> None:
     obj = load_yaml_objects(path)[0]
     mutated = mutate(admission_review(obj))
-    assert mutated["response"] == {"uid": "uid-1", "allowed": True}
+    assert mutated["response"]["allowed"] is True and patch_of(mutated) == [FINALIZER_OP]  # born with it
     validated = validate(admission_review(obj))["response"]
     assert validated["allowed"] is True, validated.get("status")
     # An update that changes nothing is accepted too.
@@ -331,3 +338,11 @@ def test_cli_entry_point_runs_the_examples() -> None:
 
     for path in EXAMPLE_FILES:
         assert main(["validate", "-f", str(path), "--world", str(EXAMPLES / "world")]) == 0
+
+
+def test_only_a_create_gets_the_finalizer_and_a_malformed_list_is_left_to_the_validating_half() -> None:
+    obj = md({"name": "a", "instanceType": A10G})
+    assert finalizer_on_create(obj, "CREATE") == [FINALIZER_OP]
+    assert finalizer_on_create(obj, "UPDATE") == []
+    obj["metadata"]["finalizers"] = "not-a-list"
+    assert finalizer_on_create(obj, "CREATE") == []
