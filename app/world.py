@@ -122,13 +122,20 @@ def parse_problems(exc: ValidationError, limit: int = 3) -> str:
 
 
 
+def map_keys(obj: KubeObject) -> tuple[str, str]:
+    """Where Metacontroller's v2 `children` and `related` maps hold an object: its group
+    ("Kind.apiVersion") and its name in that group ("namespace/name", or the name alone)."""
+    meta = obj.get("metadata") or {}
+    name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
+    return f"{obj.get('kind')}.{obj.get('apiVersion', '')}", name
+
+
 def related_map(objects: Iterable[KubeObject]) -> ObservedGroups:
     """Plain objects as Metacontroller's v2 `related` map (the inverse of World.from_related)."""
     out: dict[str, ObjectsByName] = {}
     for obj in objects:
-        meta = obj.get("metadata") or {}
-        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
-        out.setdefault(f"{obj.get('kind')}.{obj.get('apiVersion', '')}", {})[key] = obj
+        group, name = map_keys(obj)
+        out.setdefault(group, {})[name] = obj
     return dict(out)  # as ObservedGroups (whose groups may be null): dict is invariant in its values
 
 

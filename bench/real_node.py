@@ -32,7 +32,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -270,22 +270,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turnovers", type=int, default=3, help="image edits under the client loop")
     parser.add_argument("--rate", type=float, default=20.0, help="client requests per second")
     parser.add_argument("--replicas", default="1,2", help="role sizes whose turnovers are measured (comma-separated)")
+    add_report_arguments(parser, "real-node")
+    args = parser.parse_args(argv)
+    publish(args, "real-node", report,
+            lambda: run(args.pods, args.turnovers, args.rate, [int(x) for x in args.replicas.split(",") if x]))
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
+    """--out, --note and --report-only, as every real-node benchmark takes them."""
     parser.add_argument("--out", type=Path, default=ROOT / "bench")
     parser.add_argument("--note", default="", help="a line for the report (e.g. the machine's load)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite real-node.md from real-node.json")
-    args = parser.parse_args(argv)
+    parser.add_argument("--report-only", action="store_true", help=f"rewrite {stem}.md from {stem}.json")
+
+
+def publish(args: argparse.Namespace, stem: str, report: Callable[[dict[str, Any], str], str],
+            run: Callable[[], dict[str, Any]]) -> None:
+    """Runs the benchmark (or, with --report-only, reads its last figures) and writes <stem>.json and
+    <stem>.md into --out, with --note as the report's line about the machine."""
     if args.report_only:
-        results = json.loads((args.out / "real-node.json").read_text())
+        results = json.loads((args.out / f"{stem}.json").read_text())
         results["note"] = args.note or results.get("note", "")
-        (args.out / "real-node.json").write_text(json.dumps(results, indent=1) + "\n")
-        (args.out / "real-node.md").write_text(report(results, results["note"]))
-        return 0
-    results = run(args.pods, args.turnovers, args.rate, [int(x) for x in args.replicas.split(",") if x])
-    results["note"] = args.note
-    (args.out / "real-node.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "real-node.md").write_text(report(results, args.note))
-    log(f"wrote {args.out / 'real-node.md'}")
-    return 0
+    else:
+        results = run()
+        results["note"] = args.note
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(report(results, results["note"]))
+    log(f"wrote {args.out / f'{stem}.md'}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import md_operator  # noqa: E402
 import realnode as e2e_realnode  # noqa: E402
 import test_real_node_stories as stories  # noqa: E402  (its clients and cluster facts)
 import test_scale_to_zero as parking  # noqa: E402  (the activator beside the operator)
-from bench.real_node import log, operated_real_node, summary  # noqa: E402
+from bench.real_node import add_report_arguments, log, operated_real_node, publish, summary  # noqa: E402
 
 from app import timestamps, vocab  # noqa: E402
 
@@ -273,20 +273,9 @@ def report(results: dict[str, Any], note: str = "") -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs (each: from nothing, park, wake)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench")
-    parser.add_argument("--note", default="", help="a line for the report (e.g. the machine's load)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite wake.md from wake.json")
+    add_report_arguments(parser, "wake")
     args = parser.parse_args(argv)
-    if args.report_only:
-        results = json.loads((args.out / "wake.json").read_text())
-        results["note"] = args.note or results.get("note", "")
-    else:
-        results = run(args.runs)
-        results["note"] = args.note
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "wake.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "wake.md").write_text(report(results, results["note"]))
-    log(f"wrote {args.out / 'wake.md'}")
+    publish(args, "wake", report, lambda: run(args.runs))
     return 0
 
 

@@ -28,6 +28,7 @@ from app import timestamps, vocab
 from app.api.objects import KubeObject, ObservedGroups
 from app.control import observed as obs
 from app.render.revision import pod_revision, pod_spec_generation
+from app.world import map_keys
 
 
 def _age(stamp: Any, now: str) -> float | None:
@@ -114,9 +115,7 @@ def as_newer_applied(children: list[KubeObject], observed: ObservedGroups) -> li
     does not exist yet is this version's render."""
     out = []
     for child in children:
-        key = f"{child.get('kind')}.{child.get('apiVersion')}"
-        meta = child.get("metadata") or {}
-        name = f"{meta.get('namespace')}/{meta.get('name')}"  # Metacontroller keys children namespace/name
-        seen = (observed.get(key) or {}).get(name) if child.get("kind") != vocab.KIND_POD else None
+        group, name = map_keys(child)
+        seen = (observed.get(group) or {}).get(name) if child.get("kind") != vocab.KIND_POD else None
         out.append(_applied_record(seen) or child)
     return out
