@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import cluster as e2e_cluster  # noqa: E402
 import md_operator  # noqa: E402
 
+from app import vocab  # noqa: E402
 from bench import lws  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
 from bench.e2e_scale_pool import (CPU_PER_NODE, GPUS_PER_NODE, MEMORY_PER_NODE_GI, PODS_PER_NODE,  # noqa: E402
@@ -435,10 +436,11 @@ class Pass:
         return len(mds) == len(self.mds) and ready_mds == len(mds)
 
     def replica_of(self, labels: dict[str, str]) -> tuple[str, str] | None:
-        """A Pod's (deployment, replica) for the turnover watch: our pod group."""
-        group = labels.get("kueue.x-k8s.io/pod-group-name")
+        """A Pod's (deployment, replica) for the turnover watch: its role and ordinal (a replacement
+        is another pod group, in the ordinal's other slot: docs/kueue.md#incarnation-slots)."""
+        role, ordinal = labels.get("app.kubernetes.io/component"), labels.get(vocab.LABEL_POD_ORDINAL)
         deployment = labels.get("app.kubernetes.io/instance")
-        return (deployment, group) if group and deployment else None
+        return (deployment, f"{role}/{ordinal}") if role and ordinal and deployment else None
 
     def timed(self, name: str, action: Callable[[], None], done: Callable[[], bool], timeout: float,
               watch: bool = False) -> dict[str, Any]:

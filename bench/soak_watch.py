@@ -344,7 +344,8 @@ class Watcher:
         out = {}
         for role in md["spec"]["roles"]:
             for ordinal in range(int(role.get("replicas", 1)) + extra):
-                out[names.pod_group(NAMESPACE, md["metadata"]["name"], role["name"], ordinal)] = (role["name"], ordinal)
+                for group in names.pod_groups(NAMESPACE, md["metadata"]["name"], role["name"], ordinal):
+                    out[group] = (role["name"], ordinal)
         return out
 
     def fingerprints(self, md: dict[str, Any], world: World) -> dict[str, str] | str:

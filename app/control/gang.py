@@ -242,7 +242,7 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
         for entry in plan.ordinals:
             if entry.action in LETTING_GO:
                 continue
-            group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
+            group = entry.group
             workload = ctx.world.workload(ctx.namespace, group)
             if workload is None or obs.workload_deleting(workload):
                 continue
@@ -255,6 +255,9 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
                 why_not = f"new replicas of role {plan.role} are held: {plan.hold}"
             elif not entry.up_to_date:
                 why_not = f"these Pods are an obsolete render of role {plan.role}; they are replaced, never admitted"
+            elif entry.earlier_left:
+                why_not = (f"replica {names.instance(ctx.name, plan.role, entry.ordinal)} replaces an earlier instance "
+                           f"whose Pods are still stopping; it is admitted once they are gone")
             out.append(_Group(group, workload, check, admissible=not why_not, why_not=why_not))
     return out
 

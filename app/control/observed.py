@@ -155,12 +155,29 @@ def pod_incarnation(pod: KubeObject) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
 
 
+def pod_group_of(pod: KubeObject) -> str:
+    """The Kueue pod group a Pod belongs to (its label; "" when unlabelled)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "")
+    return value if isinstance(value, str) else ""
+
+
 @dataclass
 class ObservedInstance:
-    """The Pods observed for one (role, ordinal)."""
+    """The Pods observed for one (role, ordinal): those of its newest incarnation, and apart from
+    them any Pod of an earlier incarnation still listed (`earlier`: a replaced or departed
+    instance stopping beside its replacement, docs/kueue.md#incarnation-slots)."""
 
     ordinal: int
     pods: list[KubeObject] = field(default_factory=list)
+    earlier: list[KubeObject] = field(default_factory=list)
+
+    def group(self) -> str:
+        """The pod group of the newest incarnation's Pods ("" when none is labelled)."""
+        return next((g for g in map(pod_group_of, self.pods) if g), "")
+
+    def groups_in_use(self) -> set[str]:
+        """Every pod group a listed Pod of the ordinal, of any incarnation, belongs to."""
+        return {g for g in map(pod_group_of, [*self.pods, *self.earlier]) if g}
 
     def members(self) -> set[int]:
         out = set()
@@ -208,10 +225,6 @@ class ObservedInstance:
     def incarnation(self) -> int:
         return max((pod_incarnation(p) for p in self.pods), default=0)
 
-    def incarnations(self) -> set[int]:
-        """Every incarnation the listed Pods belong to (two while a view lists a departed
-        incarnation's Pod beside its replacement's)."""
-        return {pod_incarnation(p) for p in self.pods}
 
     def fingerprints(self) -> set[str | None]:
         return {pod_fingerprint(p) for p in self.pods}
@@ -243,8 +256,14 @@ def pods_by_role(deployment: str, pods: ObjectsByName | None) -> dict[str, dict[
         by_ordinal.setdefault(int(ordinal), ObservedInstance(int(ordinal))).pods.append(pod)
     for by_ordinal in out.values():
         for inst in by_ordinal.values():
-            inst.pods.sort(key=lambda p: (p.get("metadata") or {}).get("name", ""))
+            newest = inst.incarnation()
+            inst.earlier = sorted((p for p in inst.pods if pod_incarnation(p) != newest), key=_name)
+            inst.pods = sorted((p for p in inst.pods if pod_incarnation(p) == newest), key=_name)
     return out
+
+
+def _name(pod: KubeObject) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
 
 
 def as_child(observed: KubeObject) -> KubeObject:

@@ -15,9 +15,10 @@ The rules (docs/kueue.md#rollout-cadence):
   omitted still listed, one just created not yet) shows the turned-over ordinal either as it was
   (the lowest outdated ordinal, chosen again) or as not Ready (which holds every other turnover);
 - a replica that is queued (not admitted) on an obsolete render is superseded at once;
-- a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole, once no
-  Pod of its ordinal is left on the API server; its standing Workload is deleted;
-- a Pod that still exists (e.g. on a NotReady node) keeps its ordinal occupied: never replaced;
+- a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole; its
+  standing Workload is deleted;
+- the pass that gives an instance up creates its replacement in the ordinal's other pod-group slot,
+  admitted only once no Pod of the old one is left (docs/kueue.md#incarnation-slots);
 - every new instance of an ordinal is a new incarnation (its Pods annotated with the number, a
   size-1 Pod also named after it, so a replacement never carries a departed Pod's name): the
   ordinal's next incarnation (status.roles[].nextIncarnations) moves past every incarnation a
@@ -30,9 +31,8 @@ The rules (docs/kueue.md#rollout-cadence):
 - a group Kueue evicted before it ever ran (our own deadlock release, `Retry`) is not a departure:
   its Pods are still gated and Kueue requeues it as it is.
 
-Whenever a replica's Pods are given up, its Workload is deleted in the same pass: the Workload is
-what holds the quota and Kueue's finalizer on the Pods.
-
+Whenever a replica's Pods are given up, its Workload is deleted in the same pass (it holds the
+quota and Kueue's finalizer on the Pods).
 Events: a replica that ran and goes away gets exactly one of ReplicaEvicted, ReplicaLeaving or
 ReplicaRestarted, on the pass that decides it or first sees it (while its Workload stands or a Pod
 of it is still listed), named after the replica and its incarnation (not after the reason) so that
@@ -49,10 +49,15 @@ from app import vocab
 from app.api.objects import KubeObject
 from app.control import memory
 from app.control import observed as obs
-from app.control.intents import DeleteWorkload, Intent, RecordEvent, parent_event
+from app.control.departures import delete_unless_deleting as _delete_workload
+from app.control.departures import departure_event as _departure_event
+from app.control.departures import replica_event as _event
+from app.control.departures import workload_delete
+from app.control.intents import DeleteWorkload, Intent
 from app.model.context import DeploymentContext
 from app.render import names
 from app.render.pod import RoleRender, instance_pods
+from app.control.situation import Situation, classify
 from app.control.skew import Standing, judge_render
 from app.render.revision import effective_revision, pod_spec_generation
 
@@ -81,6 +86,11 @@ class OrdinalPlan:
     incomplete: bool = False
     # Made by a newer render revision from the current spec: up to date, kept as it is.
     newer: bool = False
+    # The pod group (Workload name) of the instance this plan is about.
+    group: str = ""
+    # A Pod of an earlier incarnation of the ordinal is still listed: the instance is not admitted
+    # until it is gone (docs/kueue.md#incarnation-slots).
+    earlier_left: bool = False
     note: str = ""
 
 
@@ -109,93 +119,25 @@ def _kept(pod: KubeObject) -> KubeObject:
     return child
 
 
-def _event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, key: str, what: str) -> RecordEvent:
-    replica = names.instance(ctx.name, role, ordinal)
-    message = (f"replica {replica} (role {role}, ordinal {ordinal}) {what}; its siblings lose the KV blocks it "
-               f"held once its {vocab.KV_LEASE_WINDOW_SECONDS}s cache lease window expires")
-    return parent_event(ctx.md.metadata, reason, message, type_=vocab.EVENT_TYPE_NORMAL,
-                        occurrence=(vocab.EVENT_NAME_REPLICA_DEPARTURE, f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"))
-
-
-def _departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.ObservedInstance,
-                     workload: KubeObject | None) -> RecordEvent:
-    if inst.evicted or (obs.workload_evicted(workload) and inst.ran):
-        return _event(ctx, vocab.EVENT_REPLICA_EVICTED, role, ordinal, inst.occurrence_key(),
-                      "was evicted by Kueue and is rebuilt")
-    return _event(ctx, vocab.EVENT_REPLICA_RESTARTED, role, ordinal, inst.occurrence_key(),
-                  "lost a Pod and is rebuilt whole")
-
-
-def _delete_workload(ctx: DeploymentContext, group: str, workload: KubeObject | None, why: str) -> list[Intent]:
-    """Nothing for a Workload already being deleted (Kueue's finalizer holds it a while): deleting it
-    again on every pass would cost a GET and a DELETE each time, a large share of a rollout's API
-    calls (bench/results.md#figures-quoted-from-the-code)."""
-    if workload is None or obs.workload_deleting(workload):
+def _earlier_workloads(p: "_RolePass", inst: obs.ObservedInstance | None, own: str) -> list[Intent]:
+    """The Workload of an earlier incarnation still listed beside a newer one (the pass that gave it
+    up deleted it; this repeats a delete that did not land), unless Kueue already let its Pods go
+    (a Workload made again for terminating Pods is left, see _departed)."""
+    if inst is None or not inst.earlier:
         return []
-    return [workload_delete(ctx.namespace, group, workload, why)]
-
-
-def workload_delete(namespace: str, group: str, workload: KubeObject | None, why: str) -> DeleteWorkload:
-    """The delete of a pod group's Workload, carrying the request's copy of it when the pass has one:
-    the executor checks the copy's owners and deletes with the copy's UID as precondition, without
-    reading the Workload again (docs/metacontroller.md#trust)."""
-    meta = (workload or {}).get("metadata") or {}
-    uid = meta.get("uid")
-    if not isinstance(uid, str) or not uid:
-        return DeleteWorkload(namespace, group, why)
-    owners = tuple((str(o.get("kind", "")), str(o.get("name", ""))) if isinstance(o, dict) else ("", "")
-                   for o in meta.get("ownerReferences") or [])
-    return DeleteWorkload(namespace, group, why, uid=uid, owners=owners)
+    out: list[Intent] = []
+    for group in sorted(inst.groups_in_use() - {own}):
+        pods = [pod for pod in inst.earlier if obs.pod_group_of(pod) == group]
+        if pods and obs.ObservedInstance(inst.ordinal, pods).released:
+            continue
+        out += _delete_workload(p.ctx, group, p.ctx.world.workload(p.ctx.namespace, group), "replaced")
+    return out
 
 
 def _let_go(entry: OrdinalPlan) -> None:
     """The pass deletes this replica's Workload: it no longer counts as holding quota."""
     entry.admitted = entry.reserved = False
 
-
-# --- the classification ---------------------------------------------------------------------------
-
-
-class Situation(str, Enum):
-    """What one ordinal of a role is in, read from the request alone; each has one rule below."""
-
-    GONE_UNDECLARED = "gone-undeclared"  # beyond the declared replicas, nothing of it reads
-    UNDECLARED = "undeclared"  # beyond the declared replicas, Pods or a Workload remain
-    EMPTY_WITH_WORKLOAD = "empty-with-workload"  # no Pod, but its Workload stands
-    EMPTY = "empty"  # nothing of it reads: it may be filled
-    DEPARTED = "departed"  # a Pod deleted, failed, evicted, a member of an admitted group missing
-    DRIFTED = "drifted"  # admitted, but Kueue places the group elsewhere than its Pods run: a turnover candidate
-    SUPERSEDED = "superseded"  # queued (not admitted) on an obsolete render
-    INCOMPLETE = "incomplete"  # a group not yet admitted lacks a member
-    CURRENT = "current"  # on the current render
-    NEWER = "newer"  # made by a newer render revision from the current spec: kept as it is
-    OBSOLETE = "obsolete"  # admitted on an obsolete render: a turnover candidate
-
-
-def classify(*, declared: bool, inst: obs.ObservedInstance | None, workload: KubeObject | None,
-             fingerprint: str, size: int, held: bool, revision: int = 0, generation: int | None = None) -> Situation:
-    """The rules' order of precedence, as one pure function of what one ordinal reads."""
-    pods = inst.pods if inst is not None else []
-    if not declared:
-        return Situation.UNDECLARED if pods or workload is not None else Situation.GONE_UNDECLARED
-    if inst is None or not pods:
-        return Situation.EMPTY_WITH_WORKLOAD if workload is not None else Situation.EMPTY
-    standing = judge_render(inst, fingerprint=fingerprint, revision=revision, generation=generation)
-    current = standing is not Standing.OBSOLETE
-    admitted = obs.workload_admitted(workload) and not obs.workload_deleting(workload)
-    missing = len(inst.members()) < size
-    # An eviction stops a group that ran; a group evicted while still gated is only requeued.
-    evicted = (obs.workload_evicted(workload) and inst.ran) or inst.evicted
-    if (inst.terminating or inst.finished or evicted or obs.workload_deleting(workload)
-            or (missing and admitted)):
-        return Situation.DEPARTED
-    if admitted and obs.placement_drifted(workload, pods):
-        return Situation.DRIFTED
-    if not current and not admitted and not held:
-        return Situation.SUPERSEDED
-    if missing:
-        return Situation.INCOMPLETE
-    return {Standing.CURRENT: Situation.CURRENT, Standing.NEWER: Situation.NEWER}.get(standing, Situation.OBSOLETE)
 
 
 # --- one pass over a role -------------------------------------------------------------------------
@@ -220,7 +162,25 @@ class _RolePass:
         return self.render.role
 
     def group(self, ordinal: int) -> str:
-        return names.pod_group(self.ctx.namespace, self.ctx.name, self.role.name, ordinal)
+        """The pod group of the ordinal's newest listed incarnation; for an empty ordinal, the slot
+        its next incarnation is created in (docs/kueue.md#incarnation-slots)."""
+        inst = self.observed.get(ordinal)
+        if inst is not None and inst.pods:
+            return inst.group() or self.slot_group(ordinal, 0)
+        # No Pod of it is listed: a Workload standing in either slot holds quota for Pods that are
+        # gone, and is freed before the ordinal is refilled.
+        upcoming = self.slot_group(ordinal, names.slot_of(self.next_incarnation(ordinal)))
+        standing = [g for g in names.pod_groups(self.ctx.namespace, self.ctx.name, self.role.name, ordinal)
+                    if self.ctx.world.workload(self.ctx.namespace, g) is not None]
+        return upcoming if upcoming in standing or not standing else standing[0]
+
+    def slot_group(self, ordinal: int, slot: int) -> str:
+        return names.pod_group(self.ctx.namespace, self.ctx.name, self.role.name, ordinal, slot)
+
+    def slot(self, inst: obs.ObservedInstance) -> int:
+        """The slot a listed instance was created in (read off its pod group; 0 when unlabelled)."""
+        group = inst.group()
+        return next((s for s in range(names.SLOTS) if self.slot_group(inst.ordinal, s) == group), 0)
 
     def workload(self, ordinal: int) -> KubeObject | None:
         return self.ctx.world.workload(self.ctx.namespace, self.group(ordinal))
@@ -268,9 +228,10 @@ def _gone_undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstanc
                      workload: KubeObject | None) -> None:
     p.plan.ordinals.remove(entry)  # nothing of this ordinal reads on the API server
     if p.role.replicas <= entry.ordinal < p.previous_desired:
-        # The first pass after a scale-down: its Workload may stand unseen. Deleted by name, once
-        # (the status this pass writes no longer declares the ordinal).
-        p.plan.intents.append(DeleteWorkload(p.ctx.namespace, p.group(entry.ordinal), "scale-down"))
+        # The first pass after a scale-down: its Workloads may stand unseen. Deleted by name, once
+        # (the status this pass writes no longer declares the ordinal), in every slot.
+        p.plan.intents += [DeleteWorkload(p.ctx.namespace, p.slot_group(entry.ordinal, slot), "scale-down")
+                           for slot in range(names.SLOTS)]
 
 
 def _undeclared(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
@@ -332,17 +293,16 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
     assert inst is not None
     entry.action = Action.REBUILD
     _let_go(entry)
+    _refill_beside(p, entry, inst)
     if inst.released:
         # Its Workload was deleted and Kueue let the Pods go; while they terminate (a kubelet that does
         # not answer keeps them for as long as it is away) Kueue makes a new Workload for them at once.
         # Deleting that frees nothing and only starts the loop again, many times a second; the garbage
         # collector removes it with its Pods (docs/kueue.md#what-kueue-does-with-a-group).
-        if inst.ran and len(inst.incarnations()) == 1:
+        if inst.ran:
             # Whoever deleted the Workload (a user, a script) told nobody: this pass may be the first
             # to see the departure. Named after the incarnation, so when a pass of ours decided it
-            # (a turnover, a departure) this is that pass's Event again and creates nothing. Pods of
-            # two incarnations mean a pass of ours created the newer one: it decided the older's
-            # departure, and told it.
+            # (a turnover, a departure) this is that pass's Event again and creates nothing.
             p.plan.intents.append(_departure_event(p.ctx, p.role.name, entry.ordinal, inst, workload))
         return
     if inst.ran and ((workload is not None and not obs.workload_deleting(workload)) or inst.live):
@@ -353,9 +313,11 @@ def _departed(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | Non
 def _superseded(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
                 workload: KubeObject | None) -> None:
     """Queued on an obsolete render: superseded at once, so the obsolete render is never admitted."""
+    assert inst is not None
     entry.action = Action.SUPERSEDE
     _let_go(entry)
     p.delete_workload(entry.ordinal, workload, "superseded by a newer render")
+    _refill_beside(p, entry, inst)
 
 
 def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
@@ -364,7 +326,7 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     was started with; never mix renders in one group."""
     assert inst is not None
     entry.incomplete = True
-    wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation())
+    wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), slot=p.slot(inst))
     have = inst.members()
     ours = entry.up_to_date and not entry.newer
     if ours:
@@ -382,7 +344,8 @@ def _current(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None
     """On the current render: returned exactly as rendered (byte-identical to what was created)."""
     assert inst is not None
     entry.action = Action.KEEP
-    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), _spec_generation(inst))
+    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), _spec_generation(inst),
+                               slot=p.slot(inst))
     entry.ready = inst.ready(p.role.size)
 
 
@@ -433,6 +396,24 @@ def _turn_over(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | No
     _let_go(entry)
     p.event(vocab.EVENT_REPLICA_RESTARTED, entry.ordinal, inst.occurrence_key(), what)
     p.delete_workload(entry.ordinal, workload, why)
+    _refill_beside(p, entry, inst)
+
+
+def _refill_beside(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance) -> None:
+    """The turnover, pipelined (docs/kueue.md#incarnation-slots): the pass that gives an instance up
+    creates its replacement at once, as the ordinal's next incarnation in the other pod-group slot,
+    so Kueue composes the new group and queues it for quota while the old one stops; our check
+    admits it only once no Pod of the old one is left. Not when new replicas are held, nor while that
+    slot is still taken (a Pod or a Workload of an older incarnation in it): the ordinal is then
+    refilled once it is empty, as before."""
+    if p.render.hold is not None:
+        return
+    incarnation = p.next_incarnation(entry.ordinal)
+    group = p.slot_group(entry.ordinal, names.slot_of(incarnation))
+    standing = p.ctx.world.workload(p.ctx.namespace, group)
+    if group in inst.groups_in_use() or standing is not None:
+        return
+    entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, incarnation)
 
 
 RULES = {
@@ -469,10 +450,13 @@ def plan_role(
     # Ordinals the last status declared are looked at too: after a scale-down, customize no longer
     # lists their Workloads, and one may stand without Pods (its Pods removed by force).
     for ordinal in sorted(set(range(max(role.replicas, p.previous_desired))) | set(observed)):
+        group = p.group(ordinal)
         workload = p.workload(ordinal)
         inst = observed.get(ordinal)
         entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
-                            reserved=obs.workload_reserved(workload), has_workload=workload is not None)
+                            reserved=obs.workload_reserved(workload), has_workload=workload is not None,
+                            group=group, earlier_left=inst is not None and bool(inst.earlier))
+        plan.intents += _earlier_workloads(p, inst, group)
         if obs.workload_deleting(workload):
             _let_go(entry)
         if inst is not None and inst.pods:

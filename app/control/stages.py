@@ -348,7 +348,7 @@ def role_stages(ctx: DeploymentContext, plan: RolePlan, observed: dict[int, obs.
     evictions = previous_evictions(ctx.md.status, plan.role)
     found: list[ReplicaStage] = []
     for entry in sorted(plan.ordinals, key=lambda e: e.ordinal):
-        group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
+        group = entry.group
         inst = observed.get(entry.ordinal)
         stage = replica_stage(entry, inst, ctx.world.workload(ctx.namespace, group), group)
         if stage is None:

@@ -61,7 +61,7 @@ def ungate_stalls(ctx: DeploymentContext, plans: list[RolePlan],
             inst = observed.get(plan.role, {}).get(entry.ordinal)
             if inst is None or not any(_waiting_on_the_ungater(p) for p in inst.pods):
                 continue
-            group = names.pod_group(ctx.namespace, ctx.name, plan.role, entry.ordinal)
+            group = entry.group
             workload = ctx.world.workload(ctx.namespace, group)
             since = (obs.condition(workload, vocab.KUEUE_COND_ADMITTED) or {}).get("lastTransitionTime")
             if workload is None or not stalled(timestamps.parse(since), clock):

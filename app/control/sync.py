@@ -297,8 +297,8 @@ def customize(md: ModelDeployment) -> dict[str, Any]:
     if md.spec.model.artifact_ref is not None:
         rules.append({"apiVersion": vocab.API_VERSION, "resource": vocab.PLURAL_MODEL_ARTIFACTS,
                       "namespace": namespace, "names": [md.spec.model.artifact_ref.name]})
-    groups = [names.pod_group(namespace, md.metadata.name, role.name, ordinal)
-              for role in md.spec.roles for ordinal in range(role.replicas)]
+    groups = [group for role in md.spec.roles for ordinal in range(role.replicas)
+              for group in names.pod_groups(namespace, md.metadata.name, role.name, ordinal)]
     rules.append({"apiVersion": vocab.KUEUE_API_VERSION, "resource": vocab.PLURAL_WORKLOADS,
                   "namespace": namespace, "names": groups})
     # Its router Pods, whatever spec.router says now: a finalize waits for them (teardown).

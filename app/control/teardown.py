@@ -19,7 +19,8 @@ from app.api.objects import KubeObject, ObservedGroups
 from app.control import observed as obs
 from app.control.intents import Intent
 from app.control.observed import ObservedInstance
-from app.control.rollout import RolePlan, workload_delete
+from app.control.departures import workload_delete
+from app.control.rollout import RolePlan
 from app.model.context import DeploymentContext
 from app.render import names
 
@@ -34,9 +35,10 @@ def orphan_workload_deletes(ctx: DeploymentContext, observed_pods: ObservedPods,
         if role_name in declared:
             continue
         for ordinal in by_ordinal:
-            group = names.pod_group(ctx.namespace, ctx.name, role_name, ordinal)
-            intents.append(workload_delete(ctx.namespace, group, ctx.world.workload(ctx.namespace, group),
-                                           "role no longer declared"))
+            for group in names.pod_groups(ctx.namespace, ctx.name, role_name, ordinal):
+                workload = ctx.world.workload(ctx.namespace, group)
+                if workload is not None or group == names.pod_group(ctx.namespace, ctx.name, role_name, ordinal):
+                    intents.append(workload_delete(ctx.namespace, group, workload, "role no longer declared"))
     return intents
 
 
@@ -61,6 +63,6 @@ def finalized(ctx: DeploymentContext, plans: list[RolePlan], observed_pods: Obse
               router_pods: list[str]) -> bool:
     """No engine or router Pod left, and no Workload of any planned ordinal."""
     workloads_left = any(
-        ctx.world.workload(ctx.namespace, names.pod_group(ctx.namespace, ctx.name, plan.role, p.ordinal)) is not None
-        for plan in plans for p in plan.ordinals)
+        ctx.world.workload(ctx.namespace, group) is not None
+        for plan in plans for p in plan.ordinals for group in names.pod_groups(ctx.namespace, ctx.name, plan.role, p.ordinal))
     return not observed_pods and not router_pods and not workloads_left

@@ -36,8 +36,17 @@ def instance(deployment: str, role: str, ordinal: int) -> str:
 
 
 def member_pod(deployment: str, role: str, ordinal: int, member: int) -> str:
-    """A Pod of an instance above size 1: fixed, so peers can address it before it exists."""
+    """A member's hostname in an instance above size 1 (and its Pod's name in slot 0): fixed, so
+    peers can address it before it exists."""
     return f"{instance(deployment, role, ordinal)}-m{member}"
+
+
+def member_pod_in_slot(deployment: str, role: str, ordinal: int, member: int, slot: int) -> str:
+    """A member Pod's name: the hostname in slot 0, `<instance>-s<slot>-m<member>` in another, so a
+    replacement's Pods can exist beside the departing incarnation's (docs/kueue.md#incarnation-slots)."""
+    if slot == 0:
+        return member_pod(deployment, role, ordinal, member)
+    return f"{instance(deployment, role, ordinal)}-s{slot}-m{member}"
 
 
 def single_pod(deployment: str, role: str, ordinal: int, fingerprint: str, incarnation: int = 0) -> str:
@@ -55,14 +64,30 @@ def leader_address(deployment: str, role: str, ordinal: int) -> str:
     return f"{member_pod(deployment, role, ordinal, 0)}.{instance(deployment, role, ordinal)}"
 
 
+# Each ordinal has this many pod-group names, used by its incarnations in turn, so that a
+# replacement's group never shares a name with the one it replaces (docs/kueue.md#incarnation-slots).
+SLOTS = 2
+
+
+def slot_of(incarnation: int) -> int:
+    """The pod-group slot an incarnation is created in."""
+    return incarnation % SLOTS
+
+
 @lru_cache(maxsize=65536)
-def pod_group(namespace: str, deployment: str, role: str, ordinal: int) -> str:
-    """Kueue pod-group (and Workload) name of one replica: stable per ordinal, a DNS-1123 label.
+def pod_group(namespace: str, deployment: str, role: str, ordinal: int, slot: int = 0) -> str:
+    """Kueue pod-group (and Workload) name of one replica's slot: a function of the ordinal and
+    the slot, a DNS-1123 label; slot 0 is `gpustack-fnv64-<hash>`, slot s `…-s<s>`.
 
     Memoized: a sync asks it 3-4 times per replica (rollout, gang, the Pods), and `fnv64a` hashes
     byte by byte in Python."""
     digest = fnv64a(f"{namespace}/{deployment}/{role}/{ordinal}")
-    return f"gpustack-fnv64-{digest:016x}"
+    return f"gpustack-fnv64-{digest:016x}" if slot == 0 else f"gpustack-fnv64-{digest:016x}-s{slot}"
+
+
+def pod_groups(namespace: str, deployment: str, role: str, ordinal: int) -> list[str]:
+    """Every pod-group name an ordinal may have, one per slot."""
+    return [pod_group(namespace, deployment, role, ordinal, slot) for slot in range(SLOTS)]
 
 
 def fingerprint(canonical_json: bytes) -> str:

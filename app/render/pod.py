@@ -341,18 +341,20 @@ def render_role(ctx: DeploymentContext, role: Role) -> RoleRender:
 
 
 def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, incarnation: int = 0,
-                  generation: int | None = None) -> list[KubeObject]:
+                  generation: int | None = None, slot: int | None = None) -> list[KubeObject]:
     """The Pods of replica `ordinal`: the template stamped with names, ordinal and member index
     and the ordinal's incarnation (a size-1 Pod is named after it: see names.single_pod), the
     render revision and the spec generation they are rendered from (`generation`, else the
-    deployment's own: a kept replica is returned with the one it was created under).
+    deployment's own: a kept replica is returned with the one it was created under), in the
+    pod-group slot `slot` (else the incarnation's: a kept replica is returned in the slot it was
+    created in, docs/kueue.md#incarnation-slots).
 
     Called for every replica on every sync: what is the same for all members is computed once,
     and each Pod still gets its own metadata, labels, annotations, spec, container and env.
     """
     role = render.role
     deployment, namespace, size = ctx.name, ctx.namespace, role.size
-    group = names.pod_group(namespace, deployment, role.name, ordinal)
+    group = names.pod_group(namespace, deployment, role.name, ordinal, names.slot_of(incarnation) if slot is None else slot)
     template = render.template
     template_spec = template["spec"]
     base_container = template_spec["containers"][0]
@@ -378,8 +380,8 @@ def instance_pods(ctx: DeploymentContext, render: RoleRender, ordinal: int, inca
         container = dict(base_container)
         spec = dict(template_spec)
         if size > 1:
-            name = names.member_pod(deployment, role.name, ordinal, member)
-            spec["hostname"] = name
+            name = names.member_pod_in_slot(deployment, role.name, ordinal, member, names.slot_of(incarnation) if slot is None else slot)
+            spec["hostname"] = names.member_pod(deployment, role.name, ordinal, member)
             spec["subdomain"] = subdomain
             container["env"] = [{"name": vocab.ENV_LEADER_ADDRESS, "value": leader_address}, *base_env]
             if member > 0:

@@ -28,8 +28,8 @@ from tests.helpers import parent, request
 
 REAL = parent("qwen-cached")
 NAMESPACE, NAME, UID = REAL["metadata"]["namespace"], REAL["metadata"]["name"], REAL["metadata"]["uid"]
-REAL_GROUPS = {names.pod_group(NAMESPACE, NAME, role["name"], k) for role in REAL["spec"]["roles"]
-               for k in range(vocab.MAX_ROLE_REPLICAS)}
+REAL_GROUPS = {group for role in REAL["spec"]["roles"] for k in range(vocab.MAX_ROLE_REPLICAS)
+               for group in names.pod_groups(NAMESPACE, NAME, role["name"], k)}
 HOOKS = ("/hooks/sync", "/hooks/finalize", "/hooks/customize")
 WEBHOOKS = ("/webhooks/mutate", "/webhooks/validate")
 

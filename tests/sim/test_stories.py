@@ -14,6 +14,7 @@ import pytest
 
 from app import vocab
 from app.control import stalls
+from app.render import names
 from tests.sim.world import Sim, admitted, deleting, example, fingerprint, gated, reserved
 
 A10G = "gpustack-nvidia-a10g-linux-amd64"
@@ -147,7 +148,11 @@ def test_image_edit_rolls_one_replica_per_role_at_a_time() -> None:
     assert record is not None
     # One replica per role this pass.
     assert sorted(n.rsplit("-", 1)[0] for n in record.deleted) == ["pd-demo-decode-r0", "pd-demo-prefill-r0"]
-    assert record.created == []
+    # Pipelined (docs/kueue.md#incarnation-slots): the replacements are created in the same pass, in
+    # the other pod-group slot, and admitted only once the replaced Pods are gone.
+    assert sorted(n.rsplit("-", 1)[0] for n in record.created) == ["pd-demo-decode-r0", "pd-demo-prefill-r0"]
+    assert {sim.group("pd-demo", role, 0) for role in ("prefill", "decode")} == \
+        {names.pod_group("team-a", "pd-demo", role, 0, 1) for role in ("prefill", "decode")}
     cond = sim.condition("pd-demo", vocab.COND_REPLICAS_UP_TO_DATE)
     assert (cond["status"], cond["reason"]) == ("False", vocab.REASON_ROLLOUT_IN_PROGRESS)
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 2
@@ -233,10 +238,11 @@ def test_an_edit_during_a_queued_replacement_supersedes_it() -> None:
     assert cond["status"] == "False" and "1 of 2" in cond["message"]
 
     set_image(sim, "qwen-chat", "example.com/vllm:v3")
+    superseded = sim.group("qwen-chat", "server", 0)
     record = sim.sync("qwen-chat")
     assert record is not None
     assert record.deleted == [v2[0]["metadata"]["name"]]
-    assert sim.group("qwen-chat", "server", 0) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    assert superseded in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
     sim.capacity[A10G] = 4
     sim.settle(rounds=80)
     images = {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")}
@@ -260,16 +266,19 @@ def test_kubectl_delete_pod_deletes_the_workload_and_rebuilds_once_the_pod_is_go
     record = sim.sync("qwen-chat")
     assert record is not None
     assert group in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
-    assert record.created == []
+    # Pipelined (docs/kueue.md#incarnation-slots): the replacement is created in the same pass, in
+    # the other slot, and not admitted while the victim is still there.
+    assert len(record.created) == 1
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
     assert sim.condition("qwen-chat", vocab.COND_REPLICAS_UP_TO_DATE)["reason"] == vocab.REASON_REPLACEMENT_IN_PROGRESS
-    assert victim in sim.pods  # still terminating on its node: the ordinal reads occupied
+    assert victim in sim.pods  # still terminating on its node
+    sim.kueue()
     sim.sync("qwen-chat")
-    assert [p for p in sim.replica_pods("qwen-chat", "server", 1) if not deleting(p)] == []
+    replacement = [p for p in sim.replica_pods("qwen-chat", "server", 1) if not deleting(p)]
+    assert len(replacement) == 1 and gated(replacement[0])
+    assert sim.group("qwen-chat", "server", 1) != group
     sim.kubelet()  # the kubelet confirms the end; no finalizer is left
     assert victim not in sim.pods
-    record = sim.sync("qwen-chat")
-    assert record is not None and len(record.created) == 1
     sim.settle()
     assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
@@ -321,14 +330,14 @@ def test_a_replica_kueue_admits_and_never_places_is_named_and_runs_once_kueue_re
     sim.apply(chat(2))
     running(sim, "qwen-chat")
     group = sim.group("qwen-chat", "server", 0)
-    sim.ungate_stalled.add(group)
+    sim.ungate_stalled.update(names.pod_groups("team-a", "qwen-chat", "server", 0))  # both slots' names
     sim.kubectl_delete_pod(sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"])
     for _ in range(30):  # two and a half minutes: settle() would stop once nothing moves
         sim.step(5)
     assert sim.workload_of("qwen-chat", "server", 0) is not None and admitted(sim.workload_of("qwen-chat", "server", 0))
     status = sim.status("qwen-chat")
     assert status["phase"] == vocab.PHASE_DEGRADED
-    assert group in status["phaseMessage"] and stalls.WAY_OUT in status["phaseMessage"]
+    assert sim.group("qwen-chat", "server", 0) in status["phaseMessage"] and stalls.WAY_OUT in status["phaseMessage"]
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_UNGATE_STALLED)) == 1
 
     sim.ungate_stalled.clear()  # kueue-controller-manager restarted: its ungater starts afresh
@@ -396,17 +405,20 @@ def test_a_pod_on_a_notready_node_is_never_replaced() -> None:
     assert len(sim.replica_pods("qwen-chat", "server", 0)) == 1
     assert sim.status("qwen-chat")["phase"] == vocab.PHASE_DEGRADED
     assert sim.role_status("qwen-chat", "server")["ready"] == 1
-    # The taint manager evicts it: it reads Terminating forever, its ordinal stays occupied.
+    # The taint manager evicts it: it reads Terminating forever. Its replacement is created in the
+    # other slot and never admitted while it is there (docs/kueue.md#incarnation-slots).
+    group = sim.group("qwen-chat", "server", 0)
     sim.kubectl_delete_pod(name)
     sim.step(60)
-    group = sim.group("qwen-chat", "server", 0)
     before = len(sim.passes)
     for _ in range(4):
         sim.step(60)
-    assert name in sim.pods and sim.replica_pods("qwen-chat", "server", 0) == [sim.pods[name]]
+    assert name in sim.pods
+    replacement = [p for p in sim.replica_pods("qwen-chat", "server", 0) if p["metadata"]["name"] != name]
+    assert replacement and all(gated(p) and not deleting(p) for p in replacement)
     # Kueue composed its Workload again for the terminating Pod (it holds the slot while the Pod
     # lasts), and the operator, which cannot free it, leaves it instead of deleting it every pass.
-    assert sim.workload_of("qwen-chat", "server", 0) is not None
+    assert group in sim.workloads
     assert not [i for r in sim.passes[before:] for i in r.intents
                 if type(i).__name__ == "DeleteWorkload" and i.name == group]
     # Deleting the Node object resolves it.
@@ -426,15 +438,18 @@ def test_a_size_two_instance_losing_one_member_is_rebuilt_whole() -> None:
     m0, m1 = sim.replica_pods("ds-wide", "server", 0)
     assert m0["metadata"]["name"] == "ds-wide-server-r0-m0" and m1["metadata"]["name"] == "ds-wide-server-r0-m1"
     sibling = sim.replica_pods("ds-wide", "server", 1)
+    group = sim.group("ds-wide", "server", 0)
     sim.kubectl_delete_pod("ds-wide-server-r0-m1")
     record = sim.sync("ds-wide")
     assert record is not None
     assert record.deleted == ["ds-wide-server-r0-m0"]  # the surviving member goes with it
-    assert sim.group("ds-wide", "server", 0) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    assert group in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
     assert len(sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)) == 1
     sim.settle()
     new = sim.replica_pods("ds-wide", "server", 0)
-    assert [p["metadata"]["name"] for p in new] == ["ds-wide-server-r0-m0", "ds-wide-server-r0-m1"]
+    # The next incarnation is made in slot 1 (docs/kueue.md#incarnation-slots), under the same hostnames.
+    assert [p["metadata"]["name"] for p in new] == ["ds-wide-server-r0-s1-m0", "ds-wide-server-r0-s1-m1"]
+    assert [p["spec"]["hostname"] for p in new] == ["ds-wide-server-r0-m0", "ds-wide-server-r0-m1"]
     assert {p["metadata"]["uid"] for p in new}.isdisjoint({m0["metadata"]["uid"], m1["metadata"]["uid"]})
     assert sim.replica_pods("ds-wide", "server", 1) == sibling or \
         [p["metadata"]["uid"] for p in sim.replica_pods("ds-wide", "server", 1)] == [p["metadata"]["uid"] for p in sibling]
@@ -716,9 +731,10 @@ def test_a_replica_kueue_placed_elsewhere_after_a_node_failure_is_rebuilt() -> N
     sim.workload_of("qwen-chat", "server", 1)["status"]["admission"] = {"podSetAssignments": [{
         "name": "server", "count": 1, "topologyAssignment": {"levels": [vocab.LABEL_HOSTNAME], "slices": [
             {"domainCount": 1, "podCounts": {"universal": 1}, "valuesPerLevel": [{"universal": elsewhere}]}]}}]}
+    drifted = sim.group("qwen-chat", "server", 1)
     record = sim.sync("qwen-chat")
     assert record is not None and [n for n in record.deleted] == [victim["metadata"]["name"]]
-    assert sim.group("qwen-chat", "server", 1) in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
+    assert drifted in [i.name for i in record.intents if type(i).__name__ == "DeleteWorkload"]
     restarted = sim.events_by_reason(vocab.EVENT_REPLICA_RESTARTED)
     assert len(restarted) == 1 and "no longer places it" in restarted[0]["message"]
     running(sim, "qwen-chat")

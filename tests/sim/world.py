@@ -148,6 +148,16 @@ def fingerprint(pod: dict[str, Any]) -> str | None:
     return annotations(pod).get(vocab.ANNOTATION_FINGERPRINT)
 
 
+def incarnation(pod: dict[str, Any]) -> int:
+    return int(annotations(pod).get(vocab.ANNOTATION_INCARNATION, "0"))
+
+
+def newest_incarnation(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Pods of the newest incarnation among an ordinal's Pods."""
+    top = max((incarnation(p) for p in pods), default=0)
+    return [p for p in pods if incarnation(p) == top]
+
+
 def check_state(wl: dict[str, Any]) -> dict[str, Any] | None:
     for entry in (wl.get("status") or {}).get("admissionChecks") or []:
         if entry.get("name") == vocab.ADMISSION_CHECK_NAME:
@@ -598,7 +608,7 @@ class Sim:
     def _groups_of(self, name: str, upto: int = 64) -> set[str]:
         md = self.parents[name]
         ns = md["metadata"]["namespace"]
-        return {names.pod_group(ns, name, r["name"], o) for r in md["spec"]["roles"] for o in range(upto)}
+        return {g for r in md["spec"]["roles"] for o in range(upto) for g in names.pod_groups(ns, name, r["name"], o)}
 
     def _apply_children(self, parent: dict[str, Any], children: list[dict[str, Any]],
                         facts: dict[str, tuple[str, str | None]], request: HookRequest) -> tuple[list[str], list[str]]:
@@ -698,10 +708,12 @@ class Sim:
                         if labels(p).get(vocab.LABEL_INSTANCE) == deployment
                         and labels(p).get(vocab.LABEL_COMPONENT) == role
                         and labels(p).get(vocab.LABEL_POD_ORDINAL) == str(ordinal)]
-        if any(deleting(p) for p in same_ordinal):
-            self.fail(f"create Pod {name}: a Pod of ordinal {role}/{ordinal} is still terminating: "
-                      f"{[p['metadata']['name'] for p in same_ordinal if deleting(p)]}")
         group = labels(desired).get(vocab.LABEL_KUEUE_POD_GROUP_NAME)
+        # Another incarnation's Pods may stop beside it, in the other pod-group slot; never in its own.
+        same_ordinal = [p for p in same_ordinal if labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == group]
+        if any(deleting(p) for p in same_ordinal):
+            self.fail(f"create Pod {name}: a Pod of group {group} ({role}/{ordinal}) is still terminating: "
+                      f"{[p['metadata']['name'] for p in same_ordinal if deleting(p)]}")
         if same_ordinal:
             # Only completing a group that Kueue has not admitted, on the same render, is allowed.
             if any(fingerprint(p) != fingerprint(desired) for p in same_ordinal):
@@ -1322,13 +1334,14 @@ class Sim:
         deletes = {i.name for i in result.intents if isinstance(i, DeleteWorkload)}
         observed = [p for p in (request.children.get(vocab.CHILD_PODS) or {}).values()]
         by_ordinal: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        by_group: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         for pod in observed:
             _, role, ordinal = pod_ordinal(pod)
             by_ordinal[(role, ordinal)].append(pod)
+            by_group[(role, ordinal, labels(pod).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, ""))].append(pod)
         roles = {r["name"]: r for r in md["roles"]}
         replaced: dict[str, list[int]] = defaultdict(list)
-        for (role, ordinal), pods in sorted(by_ordinal.items()):
-            group = names.pod_group(ns, name, role, ordinal)
+        for (role, ordinal, group), pods in sorted(by_group.items()):
             wl = self.workloads.get(group)
             spec_role = roles.get(role)
             declared = spec_role is not None and ordinal < int(spec_role.get("replicas", 1)) and not finalizing
@@ -1358,7 +1371,11 @@ class Sim:
                         or (admitted(wl) and len(pods) < size))
             # Kueue placing the group elsewhere than its Pods run is replaced as a rollout is.
             obsolete = any(fingerprint(p) != current_fp for p in pods) or (admitted(wl) and placed_elsewhere(wl, live))
-            if not declared:
+            # A newer incarnation of the ordinal is listed beside it: a pass already gave it up.
+            replaced_before = max(map(incarnation, pods)) < max(map(incarnation, by_ordinal[(role, ordinal)]))
+            if replaced_before:
+                why = "replaced"
+            elif not declared:
                 why = "shed"
             elif departed:
                 why = "departed"
@@ -1372,7 +1389,8 @@ class Sim:
             if why in ("rollout", "superseded") and hold is not None:
                 self.fail(f"sync {name}: replica {role}/{ordinal} deleted for a {why} while new replicas are held "
                           f"({hold})")
-            if wl is not None and not deleting(wl) and group not in deletes:
+            released = all(deleting(p) and KUEUE_FINALIZER not in (p["metadata"].get("finalizers") or []) for p in pods)
+            if wl is not None and not deleting(wl) and group not in deletes and not (replaced_before and released):
                 self.fail(f"sync {name}: replica {role}/{ordinal} deleted ({why}) without deleting its Workload {group}")
             if why == "rollout" and self._view_ready(pods, size):
                 replaced[role].append(ordinal)
@@ -1386,8 +1404,9 @@ class Sim:
             for other in range(int(roles[role].get("replicas", 1))):
                 if other == ordinals[0]:
                     continue
-                wl = self.workloads.get(names.pod_group(ns, name, role, other))
-                if not (self._view_ready(by_ordinal.get((role, other), []), size) and admitted(wl)):
+                newest = newest_incarnation(by_ordinal.get((role, other), []))
+                wl = self.workloads.get(labels(newest[0]).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "") if newest else "")
+                if not (self._view_ready(newest, size) and admitted(wl)):
                     self.fail(f"sync {name}: role {role} turned over Ready ordinal {ordinals[0]} while ordinal {other} "
                               f"is not Ready and admitted (the availability and cadence gates)")
         # Shed ordinals: their Workloads are deleted even when customize no longer lists them.
@@ -1395,7 +1414,7 @@ class Sim:
             for role, spec_role in roles.items():
                 for (r, ordinal), pods in by_ordinal.items():
                     if r == role and ordinal >= int(spec_role.get("replicas", 1)) and any(not deleting(p) for p in pods):
-                        group = names.pod_group(ns, name, role, ordinal)
+                        group = labels(newest_incarnation(pods)[0]).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "")
                         if group not in deletes:
                             self.fail(f"sync {name}: shed replica {role}/{ordinal} without deleting Workload {group}")
         # New Pods: scale-up is immediate; nothing is created into an occupied ordinal (checked at create).
@@ -1419,6 +1438,13 @@ class Sim:
             return
         if not reserved(wl):
             self.fail(f"Ready written on {intent.workload}, which holds no quota (Kueue would admit it on reservation)")
+        members = [p for p in self.pods.values() if labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == intent.workload]
+        if members:
+            others = [p["metadata"]["name"] for p in self._ordinal_pods(*pod_ordinal(members[0]))
+                      if labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) != intent.workload]
+            if others:
+                self.fail(f"Ready written on {intent.workload} while Pods of an earlier incarnation of its replica "
+                          f"are still there: {others} (two incarnations would run at once)")
         info = self.wl_info[intent.workload]
         role = wl["spec"]["podSets"][0]["name"]
         if role in facts and facts[role][0] != info["fingerprint"]:
@@ -1432,8 +1458,8 @@ class Sim:
             missing = []
             for r in roles:
                 for o in range(int(r.get("replicas", 1))):
-                    g = names.pod_group(ns, deployment, r["name"], o)
-                    if not (reserved(self.workloads.get(g)) or admitted(self.workloads.get(g))):
+                    slots = [self.workloads.get(g) for g in names.pod_groups(ns, deployment, r["name"], o)]
+                    if not any(reserved(wl) or admitted(wl) for wl in slots):
                         missing.append(f"{r['name']}/{o}")
             if missing:
                 self.fail(f"Ready written on {intent.workload} while the set is incomplete: {missing} hold no quota")
@@ -1468,8 +1494,12 @@ class Sim:
         return sorted(self._ordinal_pods(name, role, ordinal), key=lambda p: p["metadata"]["name"])
 
     def workload_of(self, name: str, role: str, ordinal: int) -> dict[str, Any] | None:
-        ns = self.parents[name]["metadata"]["namespace"] if name in self.parents else self.namespace
-        return self.workloads.get(names.pod_group(ns, name, role, ordinal))
+        return self.workloads.get(self.group(name, role, ordinal))
 
     def group(self, name: str, role: str, ordinal: int) -> str:
-        return names.pod_group(self.namespace, name, role, ordinal)
+        """The pod group of the replica's newest incarnation in the store (slot 0 when it has no Pod)."""
+        newest = newest_incarnation(self._ordinal_pods(name, role, ordinal))
+        if newest:
+            return labels(newest[0]).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "")
+        ns = self.parents[name]["metadata"]["namespace"] if name in self.parents else self.namespace
+        return names.pod_group(ns, name, role, ordinal)

@@ -10,6 +10,7 @@ import pytest
 from app import quantity, vocab
 from app.admission.validate import validate
 from app.control.bounds import too_many_pods
+from app.render import names
 from app.render.tenant import owned_path_conflict, path_relation
 from app.world import World
 from tests.conftest import world_objects
@@ -139,7 +140,7 @@ def test_status_desired_is_bounded_by_the_schema():
     started = time.perf_counter()
     result = sync(md)
     assert time.perf_counter() - started < 5
-    assert len(result.intents) <= vocab.MAX_ROLE_REPLICAS + 10
+    assert len(result.intents) <= vocab.MAX_ROLE_REPLICAS * names.SLOTS + 10  # a delete per slot
 
 
 # --- quantities ----------------------------------------------------------------------------------

@@ -215,7 +215,9 @@ def _pd_set(reserved: int, *, since: str = "2026-11-30T00:00:00Z", extra: dict[s
                         RenderOptions())
     held = {(r, o) for i, (r, o, _) in enumerate(groups) if i < reserved}
     plans = [RolePlan(role["name"], ordinals=[OrdinalPlan(o, Action.KEEP, reserved=(role["name"], o) in held,
-                                                          up_to_date=True) for o in range(role["replicas"])])
+                                                          up_to_date=True,
+                                                          group=names.pod_group("team-a", "pd-demo", role["name"], o))
+                                              for o in range(role["replicas"])])
              for role in md["spec"]["roles"]]
     return ctx, plans, [g for _, _, g in groups]
 
@@ -228,7 +230,7 @@ def test_a_partial_set_holds_says_so_and_at_its_bound_yields_only_when_first():
                             "localQueues": ["team-a/h20"]}
     assert early.wait == pytest.approx(540) and not early.needs_peers
 
-    obsolete = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=o.reserved, up_to_date=False)
+    obsolete = [RolePlan(p.role, ordinals=[OrdinalPlan(o.ordinal, Action.KEEP, reserved=o.reserved, up_to_date=False, group=o.group)
                                            for o in p.ordinals]) for p in plans]
     reasons = gang.decide(ctx, obsolete, now="2026-11-30T00:01:00Z", release_after_seconds=600).intents
     assert {i.workload for i in reasons} == set(groups)  # a group that may not start says why

@@ -338,7 +338,7 @@ def test_customize_selects_types_binding_pools_artifact_and_workloads():
     assert by_resource["kvcachepoolbindings"] == {"apiVersion": vocab.API_VERSION, "resource": "kvcachepoolbindings",
                                                   "namespace": "team-a", "names": ["team-a-dram"]}
     assert by_resource["kvcachepools"]["labelSelector"] == {"matchLabels": {}}
-    assert len(by_resource["workloads"]["names"]) == 4
+    assert len(by_resource["workloads"]["names"]) == 4 * names.SLOTS  # both slots of each declared replica
     assert by_resource["workloads"]["apiVersion"] == "kueue.x-k8s.io/v1beta2"
 
 
