@@ -13,7 +13,14 @@ no quiet machine. Scenarios, each on a fresh simulator:
 - **half queued**: 4 replicas on a pool with room for 2, settled, then 100 resyncs (two replicas
   stay `Queued` for quota: docs/status.md#replica-stages);
 - **env edit**: an env entry added to the Ready deployment's role, until every replica has turned
-  over (one at a time).
+  over (one at a time);
+- **bring-up x5, 1 s**, **image edit x5, 1 s** and **delete x5, 1 s**: a 5-replica deployment on a
+  pool with room for it, brought up, then a new image rolled out one replica at a time, then
+  deleted, the system stepping one second at a time (the real stack's passes come within a second
+  of each other, as in bench/e2e-scale) and its kubelet reporting each Pod's steps one round apart
+  (placed, running, Ready: `StagedSim`);
+- **bring-up 2x5, 1 s** and **image edit 2x5, 1 s**: the same with two roles of 5 replicas (the
+  first shape of bench/e2e-scale), whose rollouts run in parallel.
 
 For each: the passes, the status writes (a pass whose status differs from the last one written),
 writes per pass, and how many writes changed each field (a path, list positions as `[]`).
@@ -23,17 +30,20 @@ Writes status-writes.md and status-writes.json into --out.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.sim.world import Sim, example
+from tests.sim.world import Sim, cond_true, deleting, example, pod_phase
 
 ROOT = Path(__file__).resolve().parent.parent
 A10G = "gpustack-nvidia-a10g-linux-amd64"
 NAME = "qwen-chat"  # examples/qwen-chat.yaml: one Server role of two A10G cards per replica
 RESYNC_STEP_SECONDS = 120.0
+FAST_STEP_SECONDS = 1.0
+EDITED_IMAGE = "vllm/vllm-openai:v0.29.0-edited"
 
 
 def changed_paths(old: Any, new: Any, path: str = "") -> set[str]:
@@ -64,12 +74,53 @@ def count_writes(sim: Sim, first_pass: int, before: dict[str, Any] | None) -> di
             fields.update(changed_paths(stored or {}, status))
         stored = status
     return {"passes": passes, "writes": writes, "writes_per_pass": round(writes / passes, 3) if passes else 0.0,
-            "fields": dict(fields.most_common())}
+            "fields": dict(sorted(fields.items(), key=lambda item: (-item[1], item[0])))}
+
+
+class StagedSim(Sim):
+    """The simulator with a kubelet that moves each Pod one step per round, as a real node reports
+    them one write at a time: placed on a node (its containers being created), running and not Ready
+    yet, Ready. A pass between the steps sees each (Pulling, Starting, then Ready)."""
+
+    def kubelet(self) -> None:
+        starting = {name: pod for name, pod in self.pods.items()
+                    if not deleting(pod) and not pod["spec"].get("schedulingGates")
+                    and pod_phase(pod) not in ("Failed", "Succeeded") and not cond_true(pod, "Ready")}
+        for name in sorted(starting):
+            self._one_step(starting[name])
+        # The simulator's own kubelet for the rest (Pods being deleted), not for those just moved.
+        for name in starting:
+            del self.pods[name]
+        try:
+            super().kubelet()
+        finally:
+            self.pods.update(starting)
+
+    def _one_step(self, pod: dict[str, Any]) -> None:
+        if pod["spec"].get("nodeName") is None:
+            ready = sorted(n for n, s in self.nodes.items() if s["ready"])
+            load = {n: sum(1 for p in self.pods.values() if p["spec"].get("nodeName") == n) for n in ready}
+            pod["spec"]["nodeName"] = min(ready, key=lambda n: (load[n], n))
+            pod["status"] = {**(pod.get("status") or {}), "phase": "Pending"}
+            pod["metadata"]["resourceVersion"] = self._next_rv()
+            return
+        running = pod_phase(pod) == "Running"
+        self._set_pod_status(pod, "Running", running)
+        pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": running,
+                                               "started": True, "restartCount": 0,
+                                               "state": {"running": {"startedAt": self.now()}}}]
 
 
 def _chat(replicas: int) -> dict[str, Any]:
     md = example(NAME)
     md["spec"]["roles"][0]["replicas"] = replicas
+    return md
+
+
+def _two_roles(replicas: int) -> dict[str, Any]:
+    """Two Server roles of `replicas` each (the first shape of bench/e2e-scale), rolled in parallel."""
+    md = _chat(replicas)
+    md["spec"]["roles"].append({**copy.deepcopy(md["spec"]["roles"][0]), "name": "server-b"})
     return md
 
 
@@ -97,6 +148,23 @@ def scenarios() -> dict[str, dict[str, Any]]:
     before = _written(sim)
     sim.edit(NAME, lambda spec: spec["roles"][0].setdefault("env", []).append({"name": "EDITED", "value": "1"}))
     out["env edit"] = _measure(sim, lambda s: s.settle(rounds=200), before)
+
+    fast = StagedSim(capacity={A10G: 12})
+    fast.apply(_chat(5))
+    out["bring-up x5, 1 s"] = _measure(fast, lambda s: s.settle(rounds=400, seconds=FAST_STEP_SECONDS), None)
+    before = _written(fast)
+    fast.edit(NAME, lambda spec: spec["roles"][0].update(image=EDITED_IMAGE))
+    out["image edit x5, 1 s"] = _measure(fast, lambda s: s.settle(rounds=800, seconds=FAST_STEP_SECONDS), before)
+    before = _written(fast)
+    fast.delete_deployment(NAME)
+    out["delete x5, 1 s"] = _measure(fast, lambda s: s.settle(rounds=200, seconds=FAST_STEP_SECONDS), before)
+
+    wide = StagedSim(capacity={A10G: 24})
+    wide.apply(_two_roles(5))
+    out["bring-up 2x5, 1 s"] = _measure(wide, lambda s: s.settle(rounds=400, seconds=FAST_STEP_SECONDS), None)
+    before = _written(wide)
+    wide.edit(NAME, lambda spec: [role.update(image=EDITED_IMAGE) for role in spec["roles"]])
+    out["image edit 2x5, 1 s"] = _measure(wide, lambda s: s.settle(rounds=800, seconds=FAST_STEP_SECONDS), before)
 
     queued = Sim(capacity={A10G: 4})
     queued.apply(_chat(4))

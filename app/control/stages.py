@@ -308,16 +308,23 @@ def previous_evictions(md_status: KubeObject | None, role: str) -> dict[int, str
         if not isinstance(entry, dict) or entry.get("name") != role:
             continue
         for item in entry.get("notReady") or []:
-            if not isinstance(item, dict) or not isinstance(item.get("ordinal"), int) \
-                    or not isinstance(item.get("message"), str) \
-                    or item.get("stage") not in (vocab.STAGE_LEAVING, vocab.STAGE_QUEUED):
-                continue
-            _, marker, words = item["message"].partition(EVICTED_BY)
-            for tail in _EVICTION_TAILS:
-                words = words.removesuffix(tail)
-            if marker and words:
+            words = eviction_words(item)
+            if words is not None:
                 out[item["ordinal"]] = words
     return out
+
+
+def eviction_words(item: Any) -> str | None:
+    """Kueue's eviction words a `notReady[]` entry carries (Leaving, or Queued after it), else None:
+    what the next pass reads back from the last written status (previous_evictions)."""
+    if not isinstance(item, dict) or not isinstance(item.get("ordinal"), int) \
+            or not isinstance(item.get("message"), str) \
+            or item.get("stage") not in (vocab.STAGE_LEAVING, vocab.STAGE_QUEUED):
+        return None
+    _, marker, words = item["message"].partition(EVICTED_BY)
+    for tail in _EVICTION_TAILS:
+        words = words.removesuffix(tail)
+    return words if marker and words else None
 
 
 def carry_eviction(stage: Stage, eviction: str | None) -> Stage:

@@ -2,14 +2,17 @@
 deployment's status is built: phase, role statuses, conditions, endpoint, the router's readiness.
 
 `lastTransitionTime` moves only when a condition's status moves; it is carried over from the
-parent's observed status, so a sync that changes nothing writes byte-identical status.
+parent's observed status, so a sync that changes nothing writes byte-identical status. A pass that
+finds only progress within a transition, shortly after the last write, answers the last written
+status and comes back when the settle window ends (`settle`, docs/status.md#settling).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from app import vocab
+from app import timestamps, vocab
 from app.api.objects import KubeObject, ObservedGroups
 from app.api.v1 import ModelDeployment, RouterSpec
 from app.control import stages as replica_stages
@@ -18,6 +21,7 @@ from app.engines.common import KV_EVENT_PRODUCER_KINDS
 from app.engines.registry import engine_of
 from app.model.condition import ConditionValue
 from app.model.context import DeploymentContext
+from app.model.serving import serving
 from app.render import names
 from app.render.pod import RoleRender
 
@@ -350,3 +354,69 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
         out["router"] = {"name": router.name, "desired": router.replicas, "ready": ready_routers,
                          "endpoint": router_endpoint(ctx)}
     return out
+
+
+# --- settling (docs/status.md#settling) -----------------------------------------------------------
+
+# Progress within a transition (counts, replica stages, condition words) is written at most this
+# long after the last write; anything else at once.
+SETTLE_SECONDS = 5.0
+
+# Keys of a written status the settle window never compares: Metacontroller's, and the render record
+# stamped after it (app/control/skew.py renews it only with a status written anyway).
+_UNCOMPARED = ("observedGeneration", "newestRender")
+# Per role, what moves as replicas pass through their stages (their own record: notReady).
+_ROLE_PROGRESS = ("ready", "quotaReserved", "admitted", "notReady", "notReadyUnlisted")
+
+
+def _role_standing(role: Any) -> Any:
+    """A role entry without its progress; what stays of notReady is what a later pass reads back
+    (Kueue's eviction words) and which replicas are Failing."""
+    if not isinstance(role, dict):
+        return role
+    out = {k: v for k, v in role.items() if k not in _ROLE_PROGRESS}
+    items = [item for item in role.get("notReady") or [] if isinstance(item, dict)]
+    out["failing"] = sorted(str(item.get("ordinal")) for item in items if item.get("stage") == vocab.STAGE_FAILING)
+    out["evictions"] = sorted((str(item.get("ordinal")), words) for item in items
+                              if (words := replica_stages.eviction_words(item)) is not None)
+    return out
+
+
+def standing(written: KubeObject) -> KubeObject:
+    """What a status says that must be written at once: everything but the progress within a
+    transition (the phase message and role summary, the per-role counts and replica stages, the
+    router's ready count, a condition's reason and message), and whether the counts make it serve."""
+    out = {k: v for k, v in written.items() if k not in ("phaseMessage", "roleSummary", *_UNCOMPARED)}
+    # Whether it serves, as the endpoint switch and the activator read it from the counts.
+    out["serving"] = serving(written)
+    if isinstance(written.get("roles"), list):
+        out["roles"] = [_role_standing(role) for role in written["roles"]]
+    if isinstance(written.get("conditions"), list):
+        out["conditions"] = [{k: v for k, v in c.items() if k not in ("reason", "message")} if isinstance(c, dict)
+                             else c for c in written["conditions"]]
+    if isinstance(written.get("router"), dict):
+        out["router"] = {k: v for k, v in written["router"].items() if k != "ready"}
+    return out
+
+
+def settle(last: KubeObject | None, fresh: KubeObject, now: str,
+           window: float = SETTLE_SECONDS) -> tuple[KubeObject, float | None]:
+    """The status to answer and, when it holds progress back, the seconds until the pass that writes
+    it. `last` is the status Metacontroller stored (the parent's), `fresh` this pass's without its
+    newestRender. Fresh unless every difference is progress within a transition and the last write
+    (its newestRender.renewedAt) is younger than `window`: then the last written status as it was,
+    equal to this pass's in every part the planner reads back (those are never progress), but the
+    replica stages' `since` and the Ready counts behind Degraded, which a later pass reads as the
+    status last reported them."""
+    if not isinstance(last, dict):
+        return fresh, None
+    written = {k: v for k, v in last.items() if k not in _UNCOMPARED}
+    if written == fresh:
+        return fresh, None
+    record = last.get("newestRender")
+    stamp = record.get("renewedAt") if isinstance(record, dict) else None
+    then, at = timestamps.parse(stamp if isinstance(stamp, str) else None), timestamps.parse(now)
+    age = None if then is None or at is None else (at - then).total_seconds()
+    if age is None or not 0.0 <= age < window or standing(written) != standing(fresh):
+        return fresh, None
+    return copy.deepcopy(written), max(1.0, window - age)

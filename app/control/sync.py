@@ -216,10 +216,10 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
     if deferring:
         children = skew.as_newer_applied(children, request.children)
-    if not finalizing:
-        result_status["newestRender"] = _newest_render(ctx, result_status, now)
+    result_status, settle_after = (result_status, None) if finalizing else _written_status(ctx, result_status, now)
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after),
+                        resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after,
+                                                                      settle_after),
                         needs_peers=joint.needs_peers, plans=plans)
     if finalizing:
         _finish_teardown(ctx, request, plans, observed_pods, result)
@@ -246,6 +246,15 @@ def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str)
         for render in renders:
             render.hold = render.hold or skew.hold(newer, own)
     return newer is not None
+
+
+def _written_status(ctx: DeploymentContext, fresh: KubeObject, now: str) -> tuple[KubeObject, float | None]:
+    """The status a sync pass answers, with its newestRender, and when to come back for the progress
+    it holds back (docs/status.md#settling): this pass's, or the last written one while only
+    progress moved within the settle window."""
+    answer, settle_after = status.settle(ctx.md.status, fresh, now)
+    answer["newestRender"] = _newest_render(ctx, answer, now)
+    return answer, settle_after
 
 
 def _newest_render(ctx: DeploymentContext, written: KubeObject, now: str) -> dict[str, Any]:
