@@ -245,6 +245,8 @@ class Observer:
                 "operator": self.operator_hooks(), "baseline": self.baseline_stats(), "loadavg": os.getloadavg()}
 
     def pid(self, name: str) -> int | None:
+        if name == "operator" and self.op.replicas:
+            name = self.op.replicas[0].name  # the bench runs the operator as one process
         comp = self.cp.components.get(name)
         return comp.pid if comp is not None else None
 
@@ -625,7 +627,8 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
         if with_lws:
             assert isinstance(cp, lws.LwsControlPlane)
             cp.start_lws()
-        op = md_operator.start_operator(cp)
+        # One operator process, as in every earlier run: its CPU and memory are that process's.
+        op = md_operator.start_operator(cp, replicas=1)
         log(f"control plane and operator up in {time.monotonic() - t0:.0f} s; work dir {cp.work_dir}")
         it = instance_type(nodes)
         status = it.pop("status")

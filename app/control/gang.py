@@ -6,7 +6,8 @@ admits a Workload in the same write that reserves its quota when every check is 
 so Ready is written only on a Workload that holds quota, and (two or more roles) only once every
 declared (role, replica) group of the deployment holds quota (docs/kueue.md#joint-admission).
 
-A single-role deployment's groups are independent: each is Ready as soon as it holds quota.
+A single-role deployment's groups are independent: each is a set of one, so an admissible group is
+Ready as soon as its Workload exists, and Kueue admits it in the write that reserves its quota.
 
 The set is every declared group, with no exemption: a group being refilled (a rollout's
 replacement, a departed replica's rebuild) counts as not holding quota until its new Workload
@@ -407,13 +408,12 @@ def _decide(group: _Group, joint: bool, gang: GangVerdict) -> tuple[str, str] | 
         return None
     if not group.admissible:
         return vocab.CHECK_STATE_PENDING, group.why_not
-    if not group.reserved:
-        if joint:
-            return (vocab.CHECK_STATE_PENDING,
-                    f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota")
-        return vocab.CHECK_STATE_PENDING, "waiting for quota"
     if not joint:
-        return vocab.CHECK_STATE_READY, "quota reserved"
+        # A set of one: admitted the moment it fits (docs/kueue.md#joint-admission).
+        return vocab.CHECK_STATE_READY, "admitted as soon as Kueue reserves its quota (a single-role deployment)"
+    if not group.reserved:
+        return (vocab.CHECK_STATE_PENDING,
+                f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota")
     if gang.complete:
         return vocab.CHECK_STATE_READY, f"all {gang.want} replicas of the deployment have reserved quota"
     return vocab.CHECK_STATE_PENDING, f"{gang.have} of {gang.want} replicas have reserved quota"

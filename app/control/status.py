@@ -382,6 +382,20 @@ def _role_standing(role: Any) -> Any:
     return out
 
 
+# A condition's words always settle; its status (and lastTransitionTime) too, but Ready's, which
+# the phase carries and `kubectl wait --for=condition=Ready` reads (docs/status.md#settling).
+_CONDITION_PROGRESS = ("reason", "message")
+_CONDITION_STATUS = ("status", "lastTransitionTime")
+
+
+def _condition_standing(condition: Any) -> Any:
+    if not isinstance(condition, dict):
+        return condition
+    progress = _CONDITION_PROGRESS if condition.get("type") == vocab.COND_READY else \
+        _CONDITION_PROGRESS + _CONDITION_STATUS
+    return {k: v for k, v in condition.items() if k not in progress}
+
+
 def standing(written: KubeObject) -> KubeObject:
     """What a status says that must be written at once: everything but the progress within a
     transition (the phase message and role summary, the per-role counts and replica stages, the
@@ -392,8 +406,7 @@ def standing(written: KubeObject) -> KubeObject:
     if isinstance(written.get("roles"), list):
         out["roles"] = [_role_standing(role) for role in written["roles"]]
     if isinstance(written.get("conditions"), list):
-        out["conditions"] = [{k: v for k, v in c.items() if k not in ("reason", "message")} if isinstance(c, dict)
-                             else c for c in written["conditions"]]
+        out["conditions"] = [_condition_standing(c) for c in written["conditions"]]
     if isinstance(written.get("router"), dict):
         out["router"] = {k: v for k, v in written["router"].items() if k != "ready"}
     return out

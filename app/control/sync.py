@@ -216,10 +216,10 @@ def reconcile(request: HookRequest, settings: SyncSettings, *, now: str,
     release_after = None if finalizing else endpoint.switch(md, children, result_status, settings.activator)
     if deferring:
         children = skew.as_newer_applied(children, request.children)
-    result_status, settle_after = (result_status, None) if finalizing else _written_status(ctx, result_status, now)
+    result_status, settle_after = _written_status(ctx, result_status, now)
     result = SyncResult(status=result_status, children=children, intents=intents,
-                        resync_after=None if finalizing else _soonest(_resync_after(plans, joint), release_after,
-                                                                      settle_after),
+                        resync_after=settle_after if finalizing else _soonest(_resync_after(plans, joint),
+                                                                              release_after, settle_after),
                         needs_peers=joint.needs_peers, plans=plans)
     if finalizing:
         _finish_teardown(ctx, request, plans, observed_pods, result)
@@ -233,7 +233,7 @@ def _finish_teardown(ctx: DeploymentContext, request: HookRequest, plans: list[R
     if router_pods:
         result.children.extend(teardown.router_held_empty(ctx, request.children))
     result.finalized = teardown.finalized(ctx, plans, observed_pods, router_pods)
-    result.resync_after = None if result.finalized else RESYNC_WAITING_SECONDS
+    result.resync_after = None if result.finalized else _soonest(RESYNC_WAITING_SECONDS, result.resync_after)
 
 
 def _defer_to_newer(ctx: DeploymentContext, renders: list[RoleRender], now: str) -> bool:

@@ -1436,8 +1436,10 @@ class Sim:
             self.fail(f"Retry written on admitted {intent.workload}")
         if intent.state != READY:
             return
-        if not reserved(wl):
-            self.fail(f"Ready written on {intent.workload}, which holds no quota (Kueue would admit it on reservation)")
+        parent = self.parents.get(deployment)
+        if not reserved(wl) and (parent is None or len(parent["spec"]["roles"]) > 1):
+            self.fail(f"Ready written on {intent.workload} of a set, which holds no quota (Kueue would admit it alone "
+                      f"on reservation)")
         members = [p for p in self.pods.values() if labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME) == intent.workload]
         if members:
             others = [p["metadata"]["name"] for p in self._ordinal_pods(*pod_ordinal(members[0]))

@@ -95,14 +95,24 @@ def test_what_the_planner_reads_back_is_written_at_once():
     assert settle(last, fresh, at(1)) == (fresh, None)
 
 
-def test_a_condition_status_or_the_phase_moving_is_written_at_once():
+def test_the_ready_condition_or_the_phase_moving_is_written_at_once():
     last = written()
+    last["conditions"].append({"type": vocab.COND_READY, "status": "False", "reason": "NotReady", "message": "",
+                               "lastTransitionTime": at(0)})
     fresh = progressed(last)
-    fresh["conditions"][0].update(status="True", reason=vocab.REASON_RESERVED, lastTransitionTime=at(1))
+    fresh["conditions"][-1].update(status="True", reason="Ready", lastTransitionTime=at(1))
     assert settle(last, fresh, at(1)) == (fresh, None)
     fresh = progressed(last)
     fresh["phase"] = vocab.PHASE_READY
     assert settle(last, fresh, at(1)) == (fresh, None)
+
+
+def test_another_condition_moving_settles_with_the_progress():
+    last = written()
+    fresh = progressed(last)
+    fresh["conditions"][0].update(status="True", reason=vocab.REASON_RESERVED, lastTransitionTime=at(1))
+    answer, after = settle(last, fresh, at(1))
+    assert answer["conditions"] == last["conditions"] and after == 4.0
 
 
 def test_a_new_generation_is_written_at_once():
