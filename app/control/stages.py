@@ -257,6 +257,20 @@ def _departure(inst: obs.ObservedInstance, workload: KubeObject | None) -> str:
     return "a member of its Pod group is gone; rebuilt whole"
 
 
+def predecessor_stage(inst: obs.ObservedInstance, workload: KubeObject | None) -> Stage:
+    """A replica whose earlier incarnation is still stopping beside its replacement (docs/kueue.md#incarnation-slots):
+    `Leaving`, for the reason the earlier one went, since the replacement is admitted only once it is
+    gone. `workload`: the earlier incarnation's, when it still stands."""
+    earlier = obs.ObservedInstance(inst.ordinal, inst.earlier)
+    departed = earlier.evicted or earlier.finished or obs.workload_evicted(workload) \
+        or earlier.fingerprints() == inst.fingerprints()
+    if departed:
+        entry = OrdinalPlan(inst.ordinal, Action.REBUILD)
+    else:
+        entry = OrdinalPlan(inst.ordinal, Action.REPLACE if earlier.ran else Action.SUPERSEDE)
+    return _leaving(entry, earlier, workload)
+
+
 def replica_stage(entry: OrdinalPlan, inst: obs.ObservedInstance | None, workload: KubeObject | None,
                   group: str) -> Stage | None:
     """Where one ordinal stands after the pass's plan, None when it serves (or nothing of it exists)."""
@@ -357,7 +371,11 @@ def role_stages(ctx: DeploymentContext, plan: RolePlan, observed: dict[int, obs.
     for entry in sorted(plan.ordinals, key=lambda e: e.ordinal):
         group = entry.group
         inst = observed.get(entry.ordinal)
-        stage = replica_stage(entry, inst, ctx.world.workload(ctx.namespace, group), group)
+        if inst is not None and inst.earlier and entry.action not in _LEAVING and not entry.admitted:
+            stage: Stage | None = predecessor_stage(
+                inst, ctx.world.workload(ctx.namespace, obs.pod_group_of(inst.earlier[0])))
+        else:
+            stage = replica_stage(entry, inst, ctx.world.workload(ctx.namespace, group), group)
         if stage is None:
             continue
         stage = carry_eviction(stage, evictions.get(entry.ordinal))

@@ -414,3 +414,25 @@ def test_the_eviction_words_are_found_in_a_leaving_or_evicted_entry_only():
         {"ordinal": 3, "stage": vocab.STAGE_LEAVING, "message": 7}]}]}
     assert stages.previous_evictions(status, "main") == {0: KUEUE_PREEMPTED_MESSAGE}
     assert stages.previous_evictions(status, "other") == {}
+
+
+def _incarnation(name: str, number: int, fingerprint: str, **kwargs: Any) -> dict[str, Any]:
+    p = pod(name, **kwargs)
+    p["metadata"].setdefault("annotations", {}).update({vocab.ANNOTATION_INCARNATION: str(number),
+                                                         vocab.ANNOTATION_FINGERPRINT: fingerprint})
+    p["metadata"].setdefault("labels", {})[vocab.LABEL_KUEUE_POD_GROUP_NAME] = f"g-{number % 2}"
+    return p
+
+
+def test_a_replacement_beside_its_stopping_predecessor_reads_leaving_for_the_predecessors_reason():
+    """docs/kueue.md#incarnation-slots: the replacement waits for its predecessor, which is what the
+    entry says."""
+    stopping = _incarnation("r0-a", 0, "old")
+    stopping["metadata"]["deletionTimestamp"] = NOW
+    replacement = _incarnation("r0-b", 1, "new")
+    rolled = stages.predecessor_stage(ObservedInstance(0, [replacement], [stopping]), None)
+    assert (rolled.stage, rolled.reason) == (vocab.STAGE_LEAVING, vocab.STAGE_REASON_ROLLOUT)
+    same_render = _incarnation("r0-b", 1, "old")
+    departed = stages.predecessor_stage(ObservedInstance(0, [same_render], [stopping]), None)
+    assert (departed.stage, departed.reason) == (vocab.STAGE_LEAVING, vocab.STAGE_REASON_DEPARTED)
+    assert "is being deleted" in departed.message
