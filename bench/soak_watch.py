@@ -394,8 +394,16 @@ class Watcher:
             if stale:
                 return f"role {role['name']}: {len(stale)} Pod(s) not on the current render {fps[role['name']]}"
         groups = self.group_names(md)
+        # Each replica's Workload is its Pods' group; the ordinal's other slot holds nothing once
+        # it converged (docs/kueue.md#incarnation-slots).
+        in_use = {(labels(p).get(vocab.LABEL_COMPONENT, ""), labels(p).get(vocab.LABEL_POD_ORDINAL, "")):
+                  labels(p).get(vocab.LABEL_KUEUE_POD_GROUP_NAME, "") for p in pods}
         for group, (role_name, ordinal) in groups.items():
             wl = obs.workloads.get(group)
+            if in_use.get((role_name, str(ordinal))) != group:
+                if wl is not None:
+                    return f"Workload {group} of an earlier incarnation of {role_name}/{ordinal} left"
+                continue
             if wl is None or deleting(wl) or not cond_true(wl, "Admitted") or cond_true(wl, "Evicted"):
                 return f"Workload of {role_name}/{ordinal} not admitted"
         for group in self.group_names(md, EXTRA_ORDINALS):
