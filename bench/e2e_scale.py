@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
 import orjson
 import yaml
 
@@ -45,6 +46,7 @@ import md_operator  # noqa: E402
 from app import vocab  # noqa: E402
 from bench import lws  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
+from bench.status_fields import StatusFieldWatch  # noqa: E402
 from bench.e2e_scale_pool import (CPU_PER_NODE, GPUS_PER_NODE, MEMORY_PER_NODE_GI, PODS_PER_NODE,  # noqa: E402
                                   pool_nodes)
 
@@ -371,13 +373,18 @@ def phase_report(mode: str, before: dict[str, Any], after: dict[str, Any], peak_
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float, interval: float, cp: e2e_cluster.ControlPlane,
              progress: Callable[[], str] | None = None) -> float:
-    """Seconds until `predicate()` is true; raises TimeoutError after `timeout`."""
+    """Seconds until `predicate()` is true; raises TimeoutError after `timeout`. A connection the
+    loaded API server drops (a TLS handshake cut short) is one more poll, not the run's end: the
+    processes are checked alive first."""
     start = time.monotonic()
     last_note = start
     while True:
         cp.check_alive()
-        if predicate():
-            return time.monotonic() - start
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except httpx.TransportError as exc:
+            log(f"    {what}: poll failed ({type(exc).__name__}: {exc}); polling again")
         now = time.monotonic()
         if now - start > timeout:
             raise TimeoutError(f"{what}: not done after {timeout:.0f} s" + (f" ({progress()})" if progress else ""))
@@ -452,14 +459,21 @@ class Pass:
             turnovers = lws.TurnoverWatch(lambda: self.cp.http_client(timeout=30), NAMESPACE, self.replica_of,
                                           WIDE_SIZE)
             turnovers.start()
+        status_fields = None
+        if self.mode in ("operator", "wide", "baseline"):
+            status_fields = StatusFieldWatch(lambda: self.cp.http_client(timeout=30), NAMESPACE)
+            status_fields.start()
         before = self.obs.snapshot()
         action()
         try:
             seconds = wait_for(f"{self.mode} {name}", done, timeout, self.interval, self.cp, lambda: self.state)
         finally:
             rollout = turnovers.stop() if turnovers is not None else None
+            fields = status_fields.stop() if status_fields is not None else None
         after = self.obs.snapshot()
         report = phase_report(self.mode, before, after, self.obs.peak_rss_mb(), seconds)
+        if fields is not None:
+            report["status_fields"] = fields
         report["loadavg_start"] = [round(x, 2) for x in before["loadavg"]]
         if rollout is not None:
             report["rollout"] = rollout

@@ -162,6 +162,54 @@ def lws_section(results: dict[str, Any]) -> list[str]:
                          f"{rollout.get('fewest_ready', '')} | {rollout.get('mean_downtime_s', '')} |")
     lines += ["", "Controller CPU: ours is the operator process plus Metacontroller; LWS's its manager (kube-controller-"
               "manager, which runs LWS's StatefulSets, is in all processes' CPU)."]
+    return lines + anatomy_section(results, peers)
+
+
+ANATOMY_COLUMNS = (("new_seen", "replacement's Pods seen"), ("old_released", "old Pods' finalizers gone"),
+                   ("old_gone", "old Pods gone"), ("wl_created", "new Workload"), ("check_ready", "checks Ready"),
+                   ("admitted", "admitted"), ("ungated", "Pods ungated"), ("bound", "bound"), ("ready", "Ready"))
+
+
+def anatomy_section(results: dict[str, Any], peers: list[int]) -> list[str]:
+    """Where a turnover's downtime goes (bench/turnover_anatomy.py), when the run measured it."""
+    rows = [(n, mode, anatomy) for n in peers for mode in ("wide", "lws")
+            if (anatomy := ((results["sizes"][str(n)][mode]["edit"].get("rollout") or {}).get("anatomy_mean_s")))]
+    if not rows:
+        return []
+    lines = ["", "Where a turnover's downtime goes: mean seconds from the replica going down (its first Pod not "
+             "Ready) to each step, from the same Pod watch and a Workload watch (bench/turnover_anatomy.py); an "
+             "LWS group keeps its Workload, so its Workload columns are empty:", "",
+             "| N | who | " + " | ".join(title for _, title in ANATOMY_COLUMNS) + " |",
+             "| ---: | --- | " + " | ".join("---:" for _ in ANATOMY_COLUMNS) + " |"]
+    for n, mode, anatomy in rows:
+        cells = " | ".join(f"{anatomy[key]:.2f}" if key in anatomy else "" for key, _ in ANATOMY_COLUMNS)
+        lines.append(f"| {n} | {'ours (LWS shape)' if mode == 'wide' else 'LWS'} | {cells} |")
+    return lines
+
+
+def status_fields_section(results: dict[str, Any], n: int) -> list[str]:
+    """Which status fields our writes moved at N (bench/status_fields.py), when the run counted them."""
+    runs = results["sizes"].get(str(n)) or {}
+    counts = {mode: {phase: (runs[mode][phase].get("status_fields") or {}) for phase in ("apply", "edit", "delete")}
+              for mode in ("operator", "baseline") if mode in runs}
+    if not any(c for by_phase in counts.values() for c in by_phase.values()):
+        return []
+    lines = ["", f"What the status writes moved at N = {n}, apply + edit + delete, from a watch of the "
+             "ModelDeployments (bench/status_fields.py): the writes that changed the status, and the twelve fields "
+             "changed in the most of them (a write moves several):", ""]
+    header = "| field | " + " | ".join(counts) + " |"
+    lines += [header, "| --- | " + " | ".join("---:" for _ in counts) + " |"]
+    totals = {mode: sum(c.get("writes", 0) for c in by_phase.values()) for mode, by_phase in counts.items()}
+    lines.append("| (status writes) | " + " | ".join(f"{totals[m]:,}" for m in counts) + " |")
+    fields: dict[str, dict[str, int]] = {}
+    for mode, by_phase in counts.items():
+        for c in by_phase.values():
+            for field, count in (c.get("fields") or {}).items():
+                fields.setdefault(field, {}).setdefault(mode, 0)
+                fields[field][mode] += count
+    first = next(iter(counts))
+    for field, by_mode in sorted(fields.items(), key=lambda kv: -kv[1].get(first, 0))[:12]:
+        lines.append(f"| `{field}` | " + " | ".join(f"{by_mode.get(m, 0):,}" for m in counts) + " |")
     return lines
 
 
@@ -213,7 +261,7 @@ def profile_section(results: dict[str, Any]) -> list[str]:
              "that differ most between ours and the baseline:", "",
              "| request | ours | baseline | ours - baseline |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {k} | {a.get(k, 0):,} | {b.get(k, 0):,} | {a.get(k, 0) - b.get(k, 0):+,} |" for k in keys]
-    return lines
+    return lines + status_fields_section(results, top)
 
 
 def _pool_nodes(sizes: list[int]) -> int:

@@ -29,6 +29,8 @@ from typing import Any, Callable, Sequence
 
 import orjson
 
+from bench.turnover_anatomy import TurnoverAnatomy
+
 import cluster as e2e_cluster
 
 LWS_COMMIT = "060ab4d"
@@ -176,9 +178,11 @@ class TurnoverWatch:
         self.fewest_ready: int | None = None
         self.events = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._response: Any = None
+        self._responses: list[Any] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
         self.error = ""
+        self.anatomy = TurnoverAnatomy()
 
     def _ready(self, replica: tuple[str, str]) -> bool:
         members = [ready for key, ready in self.pods.values() if key == replica]
@@ -194,9 +198,11 @@ class TurnoverWatch:
             if since is not None:
                 self.down_total += now - since
                 self.turnovers += 1
+                self.anatomy.up(replica, now)
             self.ready_by_deployment[deployment] = self.ready_by_deployment.get(deployment, 0) + 1
         else:
             self.down_since[replica] = now
+            self.anatomy.down(replica, now)
             self.ready_by_deployment[deployment] = self.ready_by_deployment.get(deployment, 0) - 1
             fewest = self.ready_by_deployment[deployment]
             self.fewest_ready = fewest if self.fewest_ready is None else min(self.fewest_ready, fewest)
@@ -208,6 +214,7 @@ class TurnoverWatch:
         if replica is None:
             return
         before = self._ready(replica)
+        self.anatomy.seen(replica, kind, pod, now)
         if kind == "DELETED":
             self.pods.pop(name, None)
         else:
@@ -222,6 +229,7 @@ class TurnoverWatch:
             replica = self.replica_of(meta.get("labels") or {})
             if replica is not None:
                 self.pods[meta["name"]] = (replica, _pod_ready(pod))
+                self.anatomy.seen(replica, "ADDED", pod, 0.0)
                 self.replicas_by_deployment.setdefault(replica[0], set()).add(replica[1])
         for deployment, replicas in self.replicas_by_deployment.items():
             self.ready_by_deployment[deployment] = sum(1 for r in replicas if self._ready((deployment, r)))
@@ -232,15 +240,32 @@ class TurnoverWatch:
                     self.down_since[(deployment, r)] = now
         self.fewest_ready = min(self.ready_by_deployment.values()) if self.ready_by_deployment else None
         version = listed["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, args=(client, version), daemon=True)
-        self._thread.start()
+        self._threads.append(threading.Thread(target=self._run, args=(client, version), daemon=True))
+        # The replacement's Workload, for where an admission's time goes (TurnoverAnatomy).
+        workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{self.namespace}/workloads"
+        wl_client = self.client_factory()
+        wl_version = orjson.loads(wl_client.get(workloads, params={"limit": "1"}).content)["metadata"]["resourceVersion"]
+        self._threads.append(threading.Thread(target=self._watch, daemon=True,
+                                              args=(wl_client, workloads, wl_version, self._workload_event)))
+        for thread in self._threads:
+            thread.start()
 
     def _run(self, client: Any, version: str) -> None:
+        self._watch(client, f"/api/v1/namespaces/{self.namespace}/pods", version, self._pod_event)
+
+    def _pod_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        self.events += 1
+        self._apply(kind, obj, now)
+
+    def _workload_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        self.anatomy.workload(kind, obj, now)
+
+    def _watch(self, client: Any, path: str, version: str,
+               handle: Callable[[str, dict[str, Any], float], None]) -> None:
         params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
         try:
-            with client.stream("GET", f"/api/v1/namespaces/{self.namespace}/pods", params=params,
-                               timeout=None) as response:
-                self._response = response
+            with client.stream("GET", path, params=params, timeout=None) as response:
+                self._responses.append(response)
                 for line in response.iter_lines():
                     if self._stop.is_set():
                         return
@@ -248,24 +273,25 @@ class TurnoverWatch:
                         continue
                     event = orjson.loads(line)
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self.events += 1
-                        self._apply(event["type"], event["object"], time.monotonic())
+                        with self._lock:
+                            handle(event["type"], event["object"], time.monotonic())
         except Exception as exc:  # noqa: BLE001 - closed by stop(), or the API server went away
             if not self._stop.is_set():
                 self.error = f"{type(exc).__name__}: {exc}"
 
     def stop(self) -> dict[str, Any]:
         self._stop.set()
-        if self._response is not None:
+        for response in self._responses:
             try:
-                self._response.close()
+                response.close()
             except Exception:  # noqa: BLE001
                 pass
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
         still_down = len(self.down_since)
         return {"turnovers": self.turnovers,
                 "mean_downtime_s": round(self.down_total / self.turnovers, 2) if self.turnovers else None,
                 "fewest_ready": self.fewest_ready,
                 "replicas_per_deployment": max((len(r) for r in self.replicas_by_deployment.values()), default=0),
-                "still_down": still_down, "watch_events": self.events, "watch_error": self.error}
+                "still_down": still_down, "watch_events": self.events, "watch_error": self.error,
+                "anatomy_mean_s": self.anatomy.means()}

@@ -47,10 +47,15 @@ EDITED_IMAGE = "vllm/vllm-openai:v0.29.0-edited"
 
 
 def changed_paths(old: Any, new: Any, path: str = "") -> set[str]:
-    """The paths whose value differs between two statuses (list entries compared by position)."""
+    """The paths whose value differs between two statuses: list entries compared by position, a
+    condition (an entry with a `type`) by its type, named in the path."""
     if isinstance(old, dict) and isinstance(new, dict):
         return {p for key in set(old) | set(new) for p in changed_paths(old.get(key), new.get(key), f"{path}.{key}")}
     if isinstance(old, list) and isinstance(new, list) and old and new:
+        if all(isinstance(e, dict) and "type" in e for e in old + new):
+            by_type_old, by_type_new = {e["type"]: e for e in old}, {e["type"]: e for e in new}
+            return {p for kind in set(by_type_old) | set(by_type_new)
+                    for p in changed_paths(by_type_old.get(kind), by_type_new.get(kind), f"{path}[{kind}]")}
         out: set[str] = set()
         for i in range(max(len(old), len(new))):
             a, b = (old[i] if i < len(old) else None), (new[i] if i < len(new) else None)

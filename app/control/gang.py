@@ -62,6 +62,10 @@ LETTING_GO = (Action.SHED, Action.REPLACE, Action.SUPERSEDE, Action.REBUILD)
 # pass may lag); before that, at the moment it passes.
 OVERDUE_RIVAL_SECONDS = 5.0
 
+# A replacement waits beside its predecessor's stopping Pods for seconds; that reason is written on
+# its Workload only once it has waited this long (docs/kueue.md#incarnation-slots).
+STOPPING_REASON_AFTER_SECONDS = 30.0
+
 
 @dataclass(frozen=True)
 class GangVerdict:
@@ -193,6 +197,8 @@ class _Group:
     # On the current render and not held: may be admitted (see _admissible).
     admissible: bool = True
     why_not: str = ""
+    # Not admissible only while an earlier incarnation's Pods stop (a wait of seconds).
+    behind_predecessor: bool = False
 
     @property
     def admitted(self) -> bool:
@@ -251,7 +257,7 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
             if check is None:
                 # The Workload's ClusterQueue does not list our check: nothing to decide.
                 continue
-            why_not = ""
+            why_not, behind_predecessor = "", False
             if plan.hold is not None:
                 why_not = f"new replicas of role {plan.role} are held: {plan.hold}"
             elif not entry.up_to_date:
@@ -259,7 +265,9 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
             elif entry.earlier_left:
                 why_not = (f"replica {names.instance(ctx.name, plan.role, entry.ordinal)} replaces an earlier instance "
                            f"whose Pods are still stopping; it is admitted once they are gone")
-            out.append(_Group(group, workload, check, admissible=not why_not, why_not=why_not))
+                behind_predecessor = True
+            out.append(_Group(group, workload, check, admissible=not why_not, why_not=why_not,
+                              behind_predecessor=behind_predecessor))
     return out
 
 
@@ -378,6 +386,10 @@ def _checks(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: Gan
         if decision is None:
             continue
         state, message = decision
+        if group.state == state and group.behind_predecessor and _waited(group, now) < STOPPING_REASON_AFTER_SECONDS:
+            # Kueue's own Pending holds it already; a reason written for a wait of seconds would be
+            # one more Workload write (and event for Kueue and Metacontroller) per turnover.
+            continue
         if group.state == state and (group.check.get("message") == message or group.admissible):
             # The request shows this state already. An admissible group's message only says how far
             # the set is (the deployment's status carries the count): not worth a write on every
@@ -397,6 +409,12 @@ def _checks(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: Gan
             last_transition_time=group.check["lastTransitionTime"] if same_state else now,
         ))
     return intents
+
+
+def _waited(group: _Group, now: str) -> float:
+    """Seconds since the group's Workload was made (0 when it does not say)."""
+    created = (group.workload.get("metadata") or {}).get("creationTimestamp")
+    return _seconds_between(created, now) if isinstance(created, str) else 0.0
 
 
 def _decide(group: _Group, joint: bool, gang: GangVerdict) -> tuple[str, str] | None:

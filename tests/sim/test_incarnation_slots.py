@@ -6,6 +6,7 @@ written while an earlier incarnation's Pod is still there."""
 from __future__ import annotations
 
 from app import vocab
+from app.control import gang
 from app.render import names
 from tests.sim.test_stories import chat, running, set_image
 from tests.sim.world import Sim, admitted, deleting, gated, incarnation, labels
@@ -43,6 +44,13 @@ def test_a_turnover_creates_the_replacement_at_once_and_admits_it_once_the_old_p
     for _ in range(3):
         sim.kueue()
         sim.sync("qwen-chat")
+    workload = sim.workloads[names.pod_group("team-a", "qwen-chat", "server", 0, 1)]
+    assert not admitted(workload) and gated(sim.pods[created[0]])
+    check = next(c for c in workload["status"]["admissionChecks"] if c["name"] == vocab.ADMISSION_CHECK_NAME)
+    # Kueue's own Pending holds it; a wait of seconds writes no reason on the Workload.
+    assert check["state"] == "Pending" and "still stopping" not in (check.get("message") or "")
+    sim.advance(gang.STOPPING_REASON_AFTER_SECONDS + 1)
+    sim.sync("qwen-chat")
     workload = sim.workloads[names.pod_group("team-a", "qwen-chat", "server", 0, 1)]
     assert not admitted(workload) and gated(sim.pods[created[0]])
     check = next(c for c in workload["status"]["admissionChecks"] if c["name"] == vocab.ADMISSION_CHECK_NAME)

@@ -11,8 +11,8 @@ def test_changed_paths_names_each_moved_leaf_with_list_positions_folded():
     assert changed_paths(old, new) == {".phase", ".roles[].ready", ".roles[].notReady", ".extra"}
 
 
-def test_changed_paths_of_equal_statuses_is_empty_and_a_new_entry_is_its_list():
+def test_changed_paths_of_equal_statuses_is_empty_and_conditions_are_named_by_type():
     same = {"conditions": [{"type": "Ready", "status": "True"}]}
     assert changed_paths(same, same) == set()
-    longer = {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Available", "status": "True"}]}
-    assert changed_paths(same, longer) == {".conditions[]"}
+    longer = {"conditions": [{"type": "Available", "status": "True"}, {"type": "Ready", "status": "False"}]}
+    assert changed_paths(same, longer) == {".conditions[Available]", ".conditions[Ready].status"}
