@@ -3,7 +3,7 @@
 For each MODIFIED event of a ModelDeployment whose `.status` differs from the one before, count the
 paths that changed (bench/status_writes.py's changed_paths: role entries folded, conditions by type), so a
 run says which fields its writes carry (docs/status.md#settling). An update that leaves `.status`
-as it was (a spec edit, Metacontroller's finalizer) is counted apart."""
+as it was (a spec edit, Metacontroller's finalizer) is not counted."""
 from __future__ import annotations
 
 import threading
@@ -25,7 +25,6 @@ class StatusFieldWatch:
         self.last: dict[str, Any] = {}
         self.fields: Counter[str] = Counter()
         self.writes = 0
-        self.only_progress = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: Any = None

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app import vocab
+
 
 def _stopping(pod: dict[str, Any]) -> tuple[bool, bool]:
     """(deleting, released): a deletionTimestamp set, and no finalizer left to hold it."""
@@ -21,7 +23,7 @@ class TurnoverAnatomy:
 
     MILESTONES = ("new_seen", "old_deleting", "old_released", "old_gone", "wl_created", "reserved", "check_ready",
                   "admitted", "ungated", "bound", "ready")
-    GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+    GROUP_LABEL = vocab.LABEL_KUEUE_POD_GROUP_NAME
 
     def __init__(self) -> None:
         self.live: dict[str, tuple[tuple[str, str], dict[str, Any]]] = {}
