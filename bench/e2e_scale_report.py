@@ -159,10 +159,17 @@ def lws_section(results: dict[str, Any]) -> list[str]:
             lines.append(f"| {n} | {run['pods']} | {'ours (LWS shape)' if mode == 'wide' else 'LWS'} | "
                          f"{run['apply']['seconds']:.1f} | {run['edit']['seconds']:.1f} | {run['delete']['seconds']:.1f} | "
                          f"{controller:.1f} | {_cpu(run, 'kube-apiserver'):.1f} | {_all_cpu(run):.1f} | {requests:,} | "
-                         f"{rollout.get('fewest_ready', '')} | {rollout.get('mean_downtime_s', '')} |")
+                         f"{rollout.get('fewest_ready', '')} | {_downtime_cell(rollout)} |")
     lines += ["", "Controller CPU: ours is the operator process plus Metacontroller; LWS's its manager (kube-controller-"
               "manager, which runs LWS's StatefulSets, is in all processes' CPU)."]
     return lines + anatomy_section(results, peers)
+
+
+def _downtime_cell(rollout: dict[str, Any]) -> str:
+    """The mean downtime, or why there is none: a watch that ended early missed turnovers."""
+    if rollout.get("watch_error"):
+        return f"not measured (the watch ended: {rollout['watch_error'][:80]})"
+    return str(rollout.get("mean_downtime_s", ""))
 
 
 ANATOMY_COLUMNS = (("new_seen", "replacement's Pods seen"), ("old_released", "old Pods' finalizers gone"),

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import orjson
 
+from bench import watch as bench_watch
 from bench.turnover_anatomy import TurnoverAnatomy
 
 import cluster as e2e_cluster
@@ -177,11 +178,8 @@ class TurnoverWatch:
         self.replicas_by_deployment: dict[str, set[str]] = {}
         self.fewest_ready: int | None = None
         self.events = 0
-        self._stop = threading.Event()
-        self._responses: list[Any] = []
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self.error = ""
+        self._watches: list[bench_watch.Watch] = []
+        self._lock = threading.Lock()  # the Pod and the Workload watch both feed the anatomy
         self.anatomy = TurnoverAnatomy()
 
     def _ready(self, replica: tuple[str, str]) -> bool:
@@ -239,19 +237,16 @@ class TurnoverWatch:
                 if not self._ready((deployment, r)):
                     self.down_since[(deployment, r)] = now
         self.fewest_ready = min(self.ready_by_deployment.values()) if self.ready_by_deployment else None
-        version = listed["metadata"]["resourceVersion"]
-        self._threads.append(threading.Thread(target=self._run, args=(client, version), daemon=True))
+        pods = bench_watch.Watch(self.client_factory, f"/api/v1/namespaces/{self.namespace}/pods",
+                                 self._pod_event, self._lock)
         # The replacement's Workload, for where an admission's time goes (TurnoverAnatomy).
         workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{self.namespace}/workloads"
         wl_client = self.client_factory()
         wl_version = orjson.loads(wl_client.get(workloads, params={"limit": "1"}).content)["metadata"]["resourceVersion"]
-        self._threads.append(threading.Thread(target=self._watch, daemon=True,
-                                              args=(wl_client, workloads, wl_version, self._workload_event)))
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, client: Any, version: str) -> None:
-        self._watch(client, f"/api/v1/namespaces/{self.namespace}/pods", version, self._pod_event)
+        workload_watch = bench_watch.Watch(self.client_factory, workloads, self._workload_event, self._lock)
+        pods.start(listed["metadata"]["resourceVersion"], client)
+        workload_watch.start(wl_version, wl_client)
+        self._watches = [pods, workload_watch]
 
     def _pod_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
         self.events += 1
@@ -260,38 +255,15 @@ class TurnoverWatch:
     def _workload_event(self, kind: str, obj: dict[str, Any], now: float) -> None:
         self.anatomy.workload(kind, obj, now)
 
-    def _watch(self, client: Any, path: str, version: str,
-               handle: Callable[[str, dict[str, Any], float], None]) -> None:
-        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
-        try:
-            with client.stream("GET", path, params=params, timeout=None) as response:
-                self._responses.append(response)
-                for line in response.iter_lines():
-                    if self._stop.is_set():
-                        return
-                    if not line:
-                        continue
-                    event = orjson.loads(line)
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        with self._lock:
-                            handle(event["type"], event["object"], time.monotonic())
-        except Exception as exc:  # noqa: BLE001 - closed by stop(), or the API server went away
-            if not self._stop.is_set():
-                self.error = f"{type(exc).__name__}: {exc}"
-
     def stop(self) -> dict[str, Any]:
-        self._stop.set()
-        for response in self._responses:
-            try:
-                response.close()
-            except Exception:  # noqa: BLE001
-                pass
-        for thread in self._threads:
-            thread.join(timeout=10)
+        for watch in self._watches:
+            watch.stop()
         still_down = len(self.down_since)
         return {"turnovers": self.turnovers,
                 "mean_downtime_s": round(self.down_total / self.turnovers, 2) if self.turnovers else None,
                 "fewest_ready": self.fewest_ready,
                 "replicas_per_deployment": max((len(r) for r in self.replicas_by_deployment.values()), default=0),
-                "still_down": still_down, "watch_events": self.events, "watch_error": self.error,
+                "still_down": still_down, "watch_events": self.events,
+                "watch_error": "; ".join(w.error for w in self._watches if w.error),
+                "watch_reconnects": sum(w.reconnects for w in self._watches),
                 "anatomy_mean_s": self.anatomy.means()}

@@ -6,7 +6,6 @@ run says which fields its writes carry (docs/status.md#settling). An update that
 as it was (a spec edit, Metacontroller's finalizer) is not counted."""
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from typing import Any, Callable
 
@@ -14,6 +13,7 @@ import orjson
 
 from app import vocab
 from bench.status_writes import changed_paths
+from bench.watch import Watch
 
 
 class StatusFieldWatch:
@@ -25,10 +25,7 @@ class StatusFieldWatch:
         self.last: dict[str, Any] = {}
         self.fields: Counter[str] = Counter()
         self.writes = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._response: Any = None
-        self.error = ""
+        self._watch: Watch | None = None
 
     def _path(self) -> str:
         return f"/apis/{vocab.GROUP}/v1/namespaces/{self.namespace}/modeldeployments"
@@ -38,28 +35,12 @@ class StatusFieldWatch:
         listed = orjson.loads(client.get(self._path()).content)
         for md in listed.get("items") or []:
             self.last[md["metadata"]["name"]] = md.get("status") or {}
-        version = listed["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, args=(client, version), daemon=True)
-        self._thread.start()
+        self._watch = Watch(self.client_factory, self._path(), self._apply)
+        self._watch.start(listed["metadata"]["resourceVersion"], client)
 
-    def _run(self, client: Any, version: str) -> None:
-        params = {"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"}
-        try:
-            with client.stream("GET", self._path(), params=params, timeout=None) as response:
-                self._response = response
-                for line in response.iter_lines():
-                    if self._stop.is_set():
-                        return
-                    if line:
-                        self._apply(orjson.loads(line))
-        except Exception as exc:  # noqa: BLE001 - closed by stop(), or the API server went away
-            if not self._stop.is_set():
-                self.error = f"{type(exc).__name__}: {exc}"
-
-    def _apply(self, event: dict[str, Any]) -> None:
-        md = event.get("object") or {}
+    def _apply(self, kind: str, md: dict[str, Any], now: float) -> None:
         name = (md.get("metadata") or {}).get("name", "")
-        if event.get("type") == "DELETED":
+        if kind == "DELETED":
             self.last.pop(name, None)
             return
         status = md.get("status") or {}
@@ -72,12 +53,8 @@ class StatusFieldWatch:
             self.fields[p] += 1
 
     def stop(self) -> dict[str, Any]:
-        self._stop.set()
-        if self._response is not None:
-            try:
-                self._response.close()
-            except Exception:  # noqa: BLE001
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        return {"writes": self.writes, "fields": dict(self.fields.most_common(30)), "watch_error": self.error}
+        if self._watch is not None:
+            self._watch.stop()
+        return {"writes": self.writes, "fields": dict(self.fields.most_common(30)),
+                "watch_error": self._watch.error if self._watch is not None else "",
+                "watch_reconnects": self._watch.reconnects if self._watch is not None else 0}

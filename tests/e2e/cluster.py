@@ -1034,6 +1034,21 @@ class ControlPlane:
         d = self.components_dir / f"kueue-{KUEUE_VERSION}"
         return d if d.is_dir() else self._bin("kueue").resolve().parent
 
+    @staticmethod
+    def _kueue_shipped_config(kdir: Path) -> dict[str, Any]:
+        """The Configuration Kueue's release manifests deploy (its config/components/manager/
+        controller_manager_config.yaml, copied by tests/e2e/components/build.sh)."""
+        path = kdir / "controller_manager_config.yaml"
+        try:
+            shipped = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ControlPlaneError(f"Kueue's shipped configuration is missing ({exc}): rebuild Kueue with "
+                                    "FORCE_REBUILD=1 tests/e2e/components/build.sh kueue") from exc
+        missing = [key for key in ("clientConnection", "controller") if not isinstance(shipped.get(key), dict)]
+        if missing:
+            raise ControlPlaneError(f"{path} has no {', '.join(missing)}: is it Kueue's own configuration?")
+        return shipped
+
     def _start_kueue(self) -> None:
         kdir = self._kueue_dir()
         webhook_port, probe_port = free_ports(2)
@@ -1072,6 +1087,7 @@ class ControlPlane:
         self._ensure_kueue_metrics_cert(crt, key)
 
         # 3. Configuration.
+        shipped = self._kueue_shipped_config(kdir)
         config: dict[str, Any] = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -1086,7 +1102,11 @@ class ControlPlane:
                 "key": "kubernetes.io/metadata.name", "operator": "NotIn",
                 "values": ["kube-system", "kueue-system"]}]},
             "integrations": {"frameworks": list(self.kueue_frameworks)},
-            "clientConnection": {"qps": 300, "burst": 500},
+            # Client limits and controller concurrency as Kueue ships them (its release manifests and
+            # Helm chart): without `controller`, every Kueue controller runs one reconcile at a time,
+            # and a Pod group waits behind every other group's events to be ungated.
+            "clientConnection": shipped["clientConnection"],
+            "controller": shipped["controller"],
             "featureGates": dict(self.kueue_feature_gates),
         }
         _deep_update(config, self.kueue_config_overrides)
