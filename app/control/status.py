@@ -359,8 +359,9 @@ def build_status(ctx: DeploymentContext, renders: list[RoleRender], plans: list[
 # --- settling (docs/status.md#settling) -----------------------------------------------------------
 
 # Progress within a transition (counts, replica stages, condition words) is written at most this
-# long after the last write; anything else at once.
-SETTLE_SECONDS = 5.0
+# long after the last write; anything else at once. No reader of progress acts faster
+# (docs/status.md#settling).
+SETTLE_SECONDS = 15.0
 
 # Keys of a written status the settle window never compares: Metacontroller's, and the render record
 # stamped after it (app/control/skew.py renews it only with a status written anyway).

@@ -112,7 +112,7 @@ def test_another_condition_moving_settles_with_the_progress():
     fresh = progressed(last)
     fresh["conditions"][0].update(status="True", reason=vocab.REASON_RESERVED, lastTransitionTime=at(1))
     answer, after = settle(last, fresh, at(1))
-    assert answer["conditions"] == last["conditions"] and after == 4.0
+    assert answer["conditions"] == last["conditions"] and after == SETTLE_SECONDS - 1
 
 
 def test_a_new_generation_is_written_at_once():
