@@ -631,7 +631,9 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
     with_lws = "lws" in modes
     nodes = pool_nodes(max(sizes))
     pool = node_pool(nodes)
-    cp = lws.LwsControlPlane(nodes=(pool,)) if with_lws else e2e_cluster.ControlPlane(nodes=(pool,))
+    # Kueue as it ships, controller concurrency included (bench/README.md, e2e-scale).
+    cp = (lws.LwsControlPlane(nodes=(pool,), kueue_as_shipped=True) if with_lws
+          else e2e_cluster.ControlPlane(nodes=(pool,), kueue_as_shipped=True))
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True

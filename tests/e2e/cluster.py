@@ -423,6 +423,9 @@ class ControlPlane:
         Start these (both by default; a missing binary fails the start with the reason).
     kueue_frameworks / kueue_feature_gates / kueue_config_overrides:
         Tuning of Kueue's Configuration file.
+    kueue_as_shipped:
+        Run Kueue's controllers at the concurrency its release manifests set
+        (``controller.groupKindConcurrency``; the bench's scale runs), not one reconcile at a time.
     kwok_stage_crds:
         Serve kwok's Stages from the cluster (``stages.kwok.x-k8s.io`` CRD,
         kwok ``--enable-crds=Stage``) so tests can add their own; otherwise
@@ -443,6 +446,7 @@ class ControlPlane:
         kueue_frameworks: Sequence[str] = DEFAULT_KUEUE_FRAMEWORKS,
         kueue_feature_gates: Mapping[str, bool] | None = None,
         kueue_config_overrides: Mapping[str, Any] | None = None,
+        kueue_as_shipped: bool = False,
         service_cluster_ip_range: str = "10.96.0.0/16",
         pod_cidr: str = "10.244.0.0/16",
         kwok_stage_crds: bool = True,
@@ -466,6 +470,7 @@ class ControlPlane:
         self.kueue_frameworks = tuple(kueue_frameworks)
         self.kueue_feature_gates = {"VisibilityOnDemand": False, **(kueue_feature_gates or {})}
         self.kueue_config_overrides = dict(kueue_config_overrides or {})
+        self.kueue_as_shipped = kueue_as_shipped
         self.service_cluster_ip_range = service_cluster_ip_range
         self.pod_cidr = pod_cidr
         self.kwok_stage_crds = kwok_stage_crds
@@ -1102,13 +1107,16 @@ class ControlPlane:
                 "key": "kubernetes.io/metadata.name", "operator": "NotIn",
                 "values": ["kube-system", "kueue-system"]}]},
             "integrations": {"frameworks": list(self.kueue_frameworks)},
-            # Client limits and controller concurrency as Kueue ships them (its release manifests and
-            # Helm chart): without `controller`, every Kueue controller runs one reconcile at a time,
-            # and a Pod group waits behind every other group's events to be ungated.
+            # Client limits as Kueue ships them (its release manifests and Helm chart).
             "clientConnection": shipped["clientConnection"],
-            "controller": shipped["controller"],
             "featureGates": dict(self.kueue_feature_gates),
         }
+        if self.kueue_as_shipped:
+            # Its controller concurrency too (Pod: 5, Workload: 10); without it every Kueue controller
+            # runs one reconcile at a time. Off for the e2e suite: with it, its contention and
+            # examples stories saw a Pod group that fit the quota never fit for topology-aware
+            # scheduling (tests/e2e/README.md, "Kueue's controller concurrency").
+            config["controller"] = shipped["controller"]
         _deep_update(config, self.kueue_config_overrides)
         cfg_path = self.work_dir / "kueue-config.yaml"
         cfg_path.write_text(yaml.safe_dump(config))
