@@ -211,6 +211,27 @@ def endpoint_base(op: Operator, node: e2e_realnode.RealNode, md: dict[str, Any])
     return f"http://{cluster_ip}:{url.port}"
 
 
+def routed(op: Operator, node: e2e_realnode.RealNode, base: str, timeout: float = 60.0) -> str:
+    """`base` once a /health through it answers 200 from the node. A Pod turns Ready before its
+    Service routes to it: the EndpointSlice controller lists it, then kube-proxy writes the rule,
+    and until then the ClusterIP refuses or has no route. A client starting the moment the
+    deployment turns Ready would count that gap against the operator; both controllers' periods
+    (and a loaded machine) bound it, not the product."""
+    def answers() -> bool:
+        try:
+            return request(node, f"{base}/health", timeout=5)["status"] == 200
+        except RuntimeError:  # refused or no route: no rule yet in the node's kube-proxy
+            return False
+
+    op.wait(f"{base} to route to a Ready Pod", answers, timeout)
+    return base
+
+
+def serving_endpoint_base(op: Operator, node: e2e_realnode.RealNode, md: dict[str, Any]) -> str:
+    """endpoint_base of a deployment that serves (not parked), once its Service routes."""
+    return routed(op, node, endpoint_base(op, node, md))
+
+
 def wait_routed(op: Operator, node: e2e_realnode.RealNode, service: str, pod_ip: str, base: str) -> None:
     """Until `service` routes to the Pod at `pod_ip` from the node: its EndpointSlice lists the Pod
     Ready (the EndpointSlice controller follows the Pod's Ready condition), then kube-proxy has
@@ -222,14 +243,7 @@ def wait_routed(op: Operator, node: e2e_realnode.RealNode, service: str, pod_ip:
                    for s in slices["items"] for e in s.get("endpoints") or [])
 
     op.wait(f"Service {service} to list {pod_ip} Ready", listed, 60)
-
-    def connects() -> bool:
-        try:
-            return request(node, f"{base}/health")["status"] == 200
-        except RuntimeError:  # no rule yet in the node's kube-proxy
-            return False
-
-    op.wait(f"kube-proxy to route {base} to {pod_ip}", connects, 30)
+    routed(op, node, base)
 
 
 def service_base(op: Operator, service: str) -> str:
@@ -454,7 +468,7 @@ def test_a_size_two_follower_reaches_its_leader_through_the_headless_service(
             assert seen["hostname"] == pod["metadata"]["name"] == pod["spec"]["hostname"]
             assert pod["spec"]["subdomain"] == names.instance("pair", "server", 0)
 
-        answer = chat(real_node, endpoint_base(op, real_node, md))
+        answer = chat(real_node, serving_endpoint_base(op, real_node, md))
         assert answer["status"] == 200 and answer["headers"]["X-Stub-Pod"] == leader["metadata"]["name"], answer
         SHAPES_SERVED["size-2"] = leader["metadata"]["name"]
     finally:
@@ -612,7 +626,7 @@ def test_a_kv_cache_client_reads_its_projected_config_and_serves(op: Operator, r
         assert client["config"] == json.loads(annotation)
         assert client["config"]["master_server_address"] == "shared-dram-master.gpustack-system.svc:50051", client
         assert conditions(md)["CacheAttached"]["status"] == "True"
-        answer = chat(real_node, endpoint_base(op, real_node, md))
+        answer = chat(real_node, serving_endpoint_base(op, real_node, md))
         assert answer["status"] == 200 and answer["headers"]["X-Stub-Pod"] == pod["metadata"]["name"], answer
         SHAPES_SERVED["kv-cache client"] = pod["metadata"]["name"]
     finally:
@@ -648,7 +662,7 @@ def test_an_engine_that_exits_is_restarted_in_place_and_the_status_says_so(
     # docs/status.md: a role with fewer Ready replicas than the last status reported is Degraded
     # (Ready=False) until all are back.
     assert ("Degraded", 0, "False") in phases, phases
-    answer = chat(real_node, service_base(op, names.role_service("chat", "server")))
+    answer = chat(real_node, routed(op, real_node, service_base(op, names.role_service("chat", "server"))))
     assert answer["status"] == 200 and answer["headers"]["X-Stub-Pod"] == name
 
 
@@ -666,7 +680,7 @@ def test_an_image_edit_rolls_three_replicas_under_a_client_loop(
         for p in before:
             on_real_node(p)
         old = {p["metadata"]["uid"]: p["metadata"]["name"] for p in before}
-        base = service_base(op, names.role_service("roll", "server"))
+        base = routed(op, real_node, service_base(op, names.role_service("roll", "server")))
         loop = ClientLoop(real_node, f"{base}/v1/chat/completions", 0.1, "Qwen/Qwen2.5-0.5B-Instruct")
         time.sleep(2)
         edited = md_spec("roll", [role(replicas=3, image=ENGINE_V2)])

@@ -239,9 +239,17 @@ def test_a_request_to_a_parked_deployment_is_held_woken_and_answered_by_the_engi
         # Serving again: the endpoint goes straight to the Pods, no activator in the path.
         woken = stories.md_when(op, name, "napper's endpoint back on its Pods",
                                 lambda m: "endpointRoute" not in (m.get("status") or {}), 120)
-        time.sleep(3)  # kube-proxy programs the slice's removal
-        direct = stories.chat(real_node, stories.endpoint_base(op, real_node, woken))
-        assert direct["status"] == 200 and header(direct, "X-ModelDeployment-Woken") is None
+        base = stories.endpoint_base(op, real_node, woken)
+
+        def direct() -> dict[str, Any] | None:
+            # Until kube-proxy follows the Service's new selector, a request may still reach the
+            # activator, which forwards it to the same Pod with the header; after, none does.
+            got = stories.chat(real_node, base)
+            assert got["status"] == 200, got
+            return got if header(got, "X-ModelDeployment-Woken") is None else None
+
+        answered = op.wait("napper's endpoint answered by its Pod, not the activator", direct, 60)
+        assert header(answered, "X-Stub-Pod") == pod["metadata"]["name"]
         print(f"wake: request held {waited:.1f} s until answered")
     finally:
         delete(op, "mds", name)
@@ -279,7 +287,7 @@ def test_idle_for_idle_after_parks_on_the_engines_own_counters_and_a_queued_depl
             # What the idleness reader scrapes, asked from the host as the operator asks it.
             scraped = httpx.get(f"http://{leader_address(pod)}/metrics", timeout=5)
             assert scraped.status_code == 200 and counters[name] in scraped.text, (name, scraped.status_code)
-            loops[name] = stories.ClientLoop(real_node, f"{stories.endpoint_base(op, real_node, served)}"
+            loops[name] = stories.ClientLoop(real_node, f"{stories.serving_endpoint_base(op, real_node, served)}"
                                              "/v1/chat/completions", 5, model)
         # Busy for well past idleAfter (counted from the scalers' first pass): neither parks.
         busy_until = max(time.time(), first_pass + 60) + 45
@@ -535,7 +543,7 @@ def test_a_real_hpa_drives_a_parking_scaler_between_1_and_n_stays_quiet_while_pa
     loop = None
     try:
         served = stories.md_when(op, name, "surge Ready", stories.md_ready, 240)
-        base = stories.endpoint_base(op, real_node, served)
+        base = stories.serving_endpoint_base(op, real_node, served)
         loop = stories.ClientLoop(real_node, f"{base}/v1/chat/completions", 5, "Qwen/Qwen2.5-0.5B-Instruct")
         external_metrics.set(NAMESPACE, metric, 10, labels=labels)
         target = {"apiVersion": "worker.gpustack.ai/v1", "kind": "ModelDeploymentScaler", "name": name}
