@@ -84,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         await task
             # The listeners have stopped: what runs after a hook's answer finishes, within the grace period.
             await state.executor.drain(settings.shutdown_drain_seconds)
+            await state.executor.composition.close()
             if state.kube is not None:
                 await state.kube.close()
 

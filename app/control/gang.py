@@ -50,6 +50,7 @@ from typing import Any, Iterable
 
 from app import timestamps, vocab
 from app.api.objects import KubeObject
+from app.control import composition
 from app.control import observed as obs
 from app.control.intents import Intent, SetAdmissionCheck, SetWorkloadActive
 from app.control.rollout import Action, OrdinalPlan, RolePlan
@@ -144,10 +145,7 @@ class GangDecision:
 
 
 def _check_entry(workload: KubeObject) -> dict[str, Any] | None:
-    for entry in (workload.get("status") or {}).get("admissionChecks") or []:
-        if isinstance(entry, dict) and entry.get("name") == vocab.ADMISSION_CHECK_NAME:
-            return entry
-    return None
+    return obs.our_check(workload)
 
 
 def _reserved_since(workload: KubeObject) -> str | None:
@@ -312,6 +310,8 @@ def decide(ctx: DeploymentContext, plans: list[RolePlan], *, now: str, release_a
                     due = _seconds_between(now, first.holding_since) + release_after_seconds
                 decision.wait = due if due > 0 else OVERDUE_RIVAL_SECONDS
     decision.intents += _checks(ctx, [g for g in groups if g.active and g.released_at is None], joint, gang, now=now)
+    if not joint:
+        decision.intents += composition.ready_on_composition(ctx, plans)
     return decision
 
 
@@ -399,6 +399,10 @@ def _checks(ctx: DeploymentContext, groups: list[_Group], joint: bool, gang: Gan
         if group.admitted and group.state == vocab.CHECK_STATE_READY and state != vocab.CHECK_STATE_READY:
             # Never take Ready back from an admitted group: that would evict a serving replica.
             continue
+        if group.behind_predecessor and group.state == vocab.CHECK_STATE_READY:
+            # Whoever wrote Ready read the predecessor's Pods gone (a follow-up reads them live,
+            # docs/kueue.md#ready-on-composition), and they never come back: this pass's view lags.
+            continue
         same_state = group.state == state and group.check.get("lastTransitionTime")
         intents.append(SetAdmissionCheck(
             namespace=ctx.namespace,
@@ -428,7 +432,7 @@ def _decide(group: _Group, joint: bool, gang: GangVerdict) -> tuple[str, str] | 
         return vocab.CHECK_STATE_PENDING, group.why_not
     if not joint:
         # A set of one: admitted the moment it fits (docs/kueue.md#joint-admission).
-        return vocab.CHECK_STATE_READY, "admitted as soon as Kueue reserves its quota (a single-role deployment)"
+        return vocab.CHECK_STATE_READY, composition.SINGLE_ROLE_READY
     if not group.reserved:
         return (vocab.CHECK_STATE_PENDING,
                 f"waiting for quota; {gang.have} of {gang.want} replicas have reserved quota")

@@ -85,6 +85,24 @@ class SetAdmissionCheck:
 
 
 @dataclass(frozen=True)
+class ReadyOnComposition:
+    """A single-role deployment's group whose Pods this pass creates: our check is written `Ready` on
+    its Workload as soon as Kueue composes it and none of `stopping_pods` (the ordinal's Pods of
+    earlier incarnations the pass listed) is left, without waiting for the next pass, while the
+    deployment is still the object `deployment_uid` at `generation` and no operator of a newer render
+    revision than `revision` answers it (docs/kueue.md#ready-on-composition)."""
+
+    namespace: str
+    deployment: str
+    deployment_uid: str
+    generation: int
+    revision: int
+    workload: str
+    stopping_pods: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True)
 class SetWorkloadActive:
     """The deadlock release (docs/kueue.md#deadlock-release): a merge patch of the Workload's
     `spec.active`, with our `released-at` annotation set to `released_at` when deactivating and
@@ -123,4 +141,5 @@ class SetScalerUnits:
     units: int
 
 
-Intent = DeleteWorkload | RecordEvent | SetAdmissionCheck | SetWorkloadActive | ApplyRoleReplicas | SetScalerUnits
+Intent = (DeleteWorkload | RecordEvent | SetAdmissionCheck | ReadyOnComposition | SetWorkloadActive | ApplyRoleReplicas
+          | SetScalerUnits)

@@ -69,6 +69,14 @@ def workload_ran(workload: KubeObject | None) -> bool:
     return False
 
 
+def our_check(workload: KubeObject) -> KubeObject | None:
+    """Our AdmissionCheck's entry on the Workload (None until Kueue lists it)."""
+    for entry in (workload.get("status") or {}).get("admissionChecks") or []:
+        if isinstance(entry, dict) and entry.get("name") == vocab.ADMISSION_CHECK_NAME:
+            return entry
+    return None
+
+
 def workload_deleting(workload: KubeObject | None) -> bool:
     """Deleted and held by Kueue's finalizer: it holds nothing for long and is never admitted again."""
     return workload is not None and bool((workload.get("metadata") or {}).get("deletionTimestamp"))

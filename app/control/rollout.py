@@ -15,8 +15,10 @@ The rules (docs/kueue.md#rollout-cadence):
   omitted still listed, one just created not yet) shows the turned-over ordinal either as it was
   (the lowest outdated ordinal, chosen again) or as not Ready (which holds every other turnover);
 - a replica that is queued (not admitted) on an obsolete render is superseded at once;
-- a departed replica (a Pod deleted, evicted, failed, a member missing) is rebuilt whole; its
-  standing Workload is deleted;
+- a departed replica (a Pod deleted, evicted, failed, a member of a group that ran missing) is
+  rebuilt whole; its standing Workload is deleted. A view that lists none or only some of a group's
+  Pods beside its Workload in the slot being filled has not caught up: the Pods are returned under
+  the same names and the Workload is left (docs/kueue.md#ready-on-composition);
 - the pass that gives an instance up creates its replacement in the ordinal's other pod-group slot,
   admitted only once no Pod of the old one is left (docs/kueue.md#incarnation-slots);
 - every new instance of an ordinal is a new incarnation (its Pods annotated with the number, a
@@ -91,6 +93,9 @@ class OrdinalPlan:
     # A Pod of an earlier incarnation of the ordinal is still listed: the instance is not admitted
     # until it is gone (docs/kueue.md#incarnation-slots).
     earlier_left: bool = False
+    # When this pass creates Pods (`pods` holds new ones): the ordinal's listed Pods of earlier
+    # incarnations, which must be gone before the new group is admitted.
+    stopping_pods: tuple[str, ...] = ()
     note: str = ""
 
 
@@ -277,7 +282,9 @@ def _empty_with_workload(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedIns
 
 def _empty(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | None,
            workload: KubeObject | None) -> None:
-    """Scale-up is immediate, a departed ordinal is refilled: unless new replicas are held."""
+    """Scale-up is immediate, a departed ordinal is refilled: unless new replicas are held. An ordinal
+    whose Pods the view has not listed yet (UNLISTED: their group's Workload stands) gets them again
+    under the same names, which Metacontroller finds already there; their Workload is left alone."""
     entry.up_to_date = True  # nothing obsolete runs here; a hold is reported on its own
     if p.render.hold is not None:
         entry.action = Action.WAIT
@@ -336,6 +343,7 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     adding = ours and p.render.hold is None
     if adding:
         entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
+        entry.stopping_pods = tuple(map(_name, inst.earlier))
     entry.action = Action.CREATE if adding else Action.KEEP
 
 
@@ -414,6 +422,11 @@ def _refill_beside(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance)
     if group in inst.groups_in_use() or standing is not None:
         return
     entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, incarnation)
+    entry.stopping_pods = tuple(map(_name, [*inst.pods, *inst.earlier]))
+
+
+def _name(pod: KubeObject) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
 
 
 RULES = {
@@ -421,6 +434,7 @@ RULES = {
     Situation.UNDECLARED: _undeclared,
     Situation.EMPTY_WITH_WORKLOAD: _empty_with_workload,
     Situation.EMPTY: _empty,
+    Situation.UNLISTED: _empty,
     Situation.DEPARTED: _departed,
     Situation.SUPERSEDED: _superseded,
     Situation.INCOMPLETE: _incomplete,
@@ -464,8 +478,9 @@ def plan_role(
             entry.up_to_date = standing is not Standing.OBSOLETE
             entry.newer = standing is Standing.NEWER
         plan.ordinals.append(entry)
+        upcoming_slot = group == p.slot_group(ordinal, names.slot_of(p.next_incarnation(ordinal)))
         situation = classify(declared=ordinal < replicas, inst=inst, workload=workload,
                              fingerprint=render.fingerprint, size=role.size, held=render.hold is not None,
-                             revision=revision, generation=generation)
+                             revision=revision, generation=generation, upcoming_slot=upcoming_slot)
         RULES[situation](p, entry, inst, workload)
     return plan

@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import httpx2
 from lightkube import ALL_NS, AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Event, Pod
-from lightkube.types import PatchType
+from lightkube.types import PatchType, on_error_retry
 
 from app import vocab
 from app.api.objects import KubeObject
@@ -240,6 +240,22 @@ class Kube:
             if exc.status.code == 404:
                 return None
             raise
+
+    async def watch_workloads(self) -> AsyncIterator[tuple[str, KubeObject]]:
+        """Every Workload change, cluster-wide, as (event type, object). A dropped stream resumes from
+        its last resourceVersion; after a 410 it starts again with every Workload as it is."""
+        async for kind, obj in self.client.watch(WorkloadRes, namespace=ALL_NS, on_error=on_error_retry):
+            yield kind, _plain(obj)
+
+    async def pod_exists(self, namespace: str, name: str) -> bool:
+        """Whether the Pod is still stored (being deleted counts: it has not stopped yet)."""
+        try:
+            await self.client.get(Pod, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
 
     async def delete_workload(self, namespace: str, name: str, uid: str) -> bool:
         """Deletes the Workload only while it is the object with `uid` (a DeleteOptions precondition).

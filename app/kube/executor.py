@@ -45,9 +45,10 @@ from lightkube.core.exceptions import ApiError
 from app import vocab
 from app.api.objects import KubeObject
 from app.control import observed as obs
-from app.control.intents import (ApplyRoleReplicas, DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck,
-                                  SetScalerUnits, SetWorkloadActive)
+from app.control.intents import (ApplyRoleReplicas, DeleteWorkload, Intent, ReadyOnComposition, RecordEvent,
+                                  SetAdmissionCheck, SetScalerUnits, SetWorkloadActive)
 from app.kube.client import Kube
+from app.kube.composition import CompositionFollower
 from app.render import names
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,8 @@ def foreign(intent: Intent, parent: ParentRef, groups: dict[str, tuple[str, int]
         if (intent.involved_kind, intent.deployment, intent.deployment_uid) != (parent.kind, parent.name, parent.uid):
             return f"the Event is about {intent.deployment!r} (uid {intent.deployment_uid!r}), not the parent"
         return None
+    if isinstance(intent, ReadyOnComposition) and (intent.deployment, intent.deployment_uid) != (parent.name, parent.uid):
+        return f"the follow-up is about {intent.deployment!r} (uid {intent.deployment_uid!r}), not the parent"
     workload = intent.name if isinstance(intent, DeleteWorkload) else intent.workload
     if workload not in groups:
         return f"Workload {workload!r} is not a pod group of the parent's roles"
@@ -281,6 +284,8 @@ class Executor:
         self.after_answer: dict[tuple[str, str], asyncio.Task[None]] = {}
         # Every such task still running (a later pass's waits on the earlier one's): what a shutdown drains.
         self.after_answer_running: set[asyncio.Task[None]] = set()
+        # The ready-on-composition follow-ups (docs/kueue.md#ready-on-composition); their writes are ours.
+        self.composition = CompositionFollower(kube, self.write_check, utc_now, clock)
 
     def run_after_answer(self, parent: ParentRef, intents: Iterable[Intent],
                          failed: Callable[[BaseException], None] = lambda exc: None) -> None:
@@ -423,15 +428,22 @@ class Executor:
                 log.info("Workload %s/%s %s (deadlock release)", intent.namespace, intent.workload,
                          "activated again" if intent.active else "deactivated")
         elif isinstance(intent, SetAdmissionCheck):
-            try:
-                await self.kube.apply_workload_check(intent.namespace, intent.workload, workload_check_body(intent))
-            except ApiError as exc:
-                # A stale resourceVersion: the Workload moved; the next sync decides again.
-                log.info("admission check on %s/%s not written: %s", intent.namespace, intent.workload, exc)
-            else:
-                if intent.resource_version:
-                    self.checks.put((intent.namespace, intent.workload),
-                                    (intent.resource_version, intent.state, intent.message))
+            await self.write_check(intent)
+        elif isinstance(intent, ReadyOnComposition):
+            self.composition.expect(intent)
+
+    async def write_check(self, intent: SetAdmissionCheck) -> bool:
+        """Our check's state on one Workload; False when not written (a stale resourceVersion: the
+        Workload moved, and the next sync or follow-up decides again)."""
+        assert self.kube is not None
+        try:
+            await self.kube.apply_workload_check(intent.namespace, intent.workload, workload_check_body(intent))
+        except ApiError as exc:
+            log.info("admission check on %s/%s not written: %s", intent.namespace, intent.workload, exc)
+            return False
+        if intent.resource_version:
+            self.checks.put((intent.namespace, intent.workload), (intent.resource_version, intent.state, intent.message))
+        return True
 
     async def _delete_workload(self, parent: ParentRef, intent: DeleteWorkload, replica: tuple[str, int]) -> None:
         assert self.kube is not None
@@ -468,6 +480,6 @@ class Executor:
 def _workload_of(intent: Intent) -> str | None:
     if isinstance(intent, DeleteWorkload):
         return intent.name
-    if isinstance(intent, (SetAdmissionCheck, SetWorkloadActive)):
+    if isinstance(intent, (SetAdmissionCheck, SetWorkloadActive, ReadyOnComposition)):
         return intent.workload
     return None

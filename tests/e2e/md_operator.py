@@ -167,9 +167,11 @@ class Operator:
             try:
                 last = predicate()
             except e2e_cluster.KubectlError as exc:
+                # Kept for the timeout's message only: a failed read is not the awaited state.
                 last = exc
-            if last:
-                return last
+            else:
+                if last:
+                    return last
             time.sleep(interval)
         logs = {name: str(path) for name, path in self.cp.log_paths().items()}
         raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n"

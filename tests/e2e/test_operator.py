@@ -352,6 +352,45 @@ def test_metacontroller_restarted_mid_rollout_completes_it_with_the_invariant_he
         delete(op, "mcrestart")
 
 
+def test_a_replacement_is_admitted_on_composition_with_metacontroller_down(op: Operator):
+    """docs/kueue.md#ready-on-composition: once the turnover's pass has created the replacement's
+    Pod, no other pass is needed to admit it. The old Pods linger (a finalizer of ours), so no pass
+    may write Ready first; with Metacontroller stopped they go, and the follow-up's Ready is what
+    Kueue admits the replacement on."""
+    name, lingering = "composed", "e2e.gpustack.ai/linger"
+    md = small(name, replicas=2)
+    apply(op, md)
+    op.wait("2 replicas serving", lambda: len(serving(op, name)) == 2, 180)
+    old = [p["metadata"]["name"] for p in op.pods(name)]
+    for pod in old:
+        op.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=json",
+                   "-p", json.dumps([{"op": "add", "path": "/metadata/finalizers/-", "value": lingering}]))
+    try:
+        md["spec"]["roles"][0]["image"] = "registry.local/vllm:v2"
+        apply(op, md)
+        new = op.wait("the replacement's Pod", lambda: [p for p in op.pods(name)
+                                                         if p["spec"]["containers"][0]["image"] == "registry.local/vllm:v2"],
+                      120, 0.3)
+        group = new[0]["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"]
+        op.wait("Kueue composed the replacement's group", lambda: group in workloads(op), 60, 0.3)
+        assert not admitted(workloads(op)[group])  # its predecessor's Pod is still there
+        op.cp.stop_component("metacontroller")
+        try:
+            for pod in old:
+                op.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
+                           json.dumps({"metadata": {"finalizers": None}}), check=False)
+            op.wait("the replacement admitted, with no pass", lambda: admitted(workloads(op).get(group, {})), 60, 0.3)
+        finally:
+            op.cp.start_component("metacontroller")
+        op.wait("rollout finished", lambda: rolled_to(op, name, "registry.local/vllm:v2", 2), 240)
+    finally:
+        for pod in op.pods(name):
+            if lingering in pod["metadata"].get("finalizers", []):
+                op.kubectl("patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--type=merge", "-p",
+                           json.dumps({"metadata": {"finalizers": None}}), check=False)
+        delete(op, name)
+
+
 def test_the_hooks_service_down_for_30s_deletes_nothing_and_the_same_pods_serve(op: Operator):
     apply(op, small("outage", replicas=2))
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from app import vocab
 from app.control import gang
 from app.render import names
-from tests.sim.test_stories import chat, running, set_image
+from tests.sim.test_stories import chat, pd, running, set_image
 from tests.sim.world import Sim, admitted, deleting, gated, incarnation, labels
 
 A10G = "gpustack-nvidia-a10g-linux-amd64"
@@ -87,3 +87,63 @@ def test_a_replacement_waits_for_its_slot_while_an_older_incarnation_still_holds
     sim.settle()
     assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
     assert {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")} == {"example.com/vllm:v3"}
+
+
+def _replace_first_replica(sim: Sim) -> tuple[str, str]:
+    """A two-replica chat deployment running, then a new image: the pass that turns replica 0 over.
+    Returns the old Pod's name and the replacement's group."""
+    sim.apply(chat(2))
+    running(sim, "qwen-chat")
+    old = sim.replica_pods("qwen-chat", "server", 0)[0]["metadata"]["name"]
+    set_image(sim, "qwen-chat", "example.com/vllm:v2")
+    record = sim.sync("qwen-chat")
+    assert record is not None and old in record.deleted
+    return old, names.pod_group("team-a", "qwen-chat", "server", 0, 1)
+
+
+def test_a_single_role_replacement_is_admitted_on_composition_without_another_pass() -> None:
+    """docs/kueue.md#ready-on-composition: the turnover's pass leaves a follow-up; once the old Pod
+    is gone and Kueue composes the new group, the follow-up writes Ready and Kueue admits it, with
+    no pass of ours between (the simulator holds that write to every invariant of a pass's)."""
+    sim = Sim(capacity={A10G: 8})
+    old, group = _replace_first_replica(sim)
+    assert set(sim.follow_ups) == {group}
+    assert sim.follow_ups[group][1].stopping_pods == (old,)
+    writes = sim.follow_up_writes  # the first replicas were admitted on composition too
+    sim.pods[old]["metadata"].setdefault("finalizers", []).append("example.com/slow")
+    sim.kubelet()
+    sim.kueue()
+    # Composed while the old Pod stops: the follow-up waits for it.
+    assert group in sim.workloads and not admitted(sim.workloads[group]) and sim.follow_up_writes == writes
+    pod = sim.pods[old]
+    pod["metadata"]["finalizers"] = [f for f in pod["metadata"]["finalizers"] if f != "example.com/slow"]
+    sim.kubelet()
+    passes = len(sim.passes)
+    sim.kueue()
+    assert len(sim.passes) == passes and sim.follow_up_writes == writes + 1
+    assert admitted(sim.workloads[group]) and group not in sim.follow_ups
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+
+
+def test_a_follow_up_is_dropped_when_the_deployment_moved_on() -> None:
+    """An edit between the pass and the composition: the follow-up writes nothing, the next pass
+    supersedes the queued replacement, and only the newest render is admitted."""
+    sim = Sim(capacity={A10G: 8})
+    _old, group = _replace_first_replica(sim)
+    writes = sim.follow_up_writes
+    set_image(sim, "qwen-chat", "example.com/vllm:v3")  # the spec's generation moves
+    sim.kubelet()
+    sim.kueue()
+    assert sim.follow_up_writes == writes and group not in sim.follow_ups and not admitted(sim.workloads[group])
+    sim.settle()
+    assert sim.status("qwen-chat")["phase"] == vocab.PHASE_READY
+    assert {p["spec"]["containers"][0]["image"] for p in sim.pods_of("qwen-chat")} == {"example.com/vllm:v3"}
+
+
+def test_a_set_of_roles_leaves_no_follow_up() -> None:
+    """Multi-role sets are decided by passes only: their Ready needs every group's reservation."""
+    sim = Sim(capacity={A10G: 16})
+    sim.apply(pd())
+    running(sim, "pd-demo")
+    assert sim.follow_ups == {} and sim.follow_up_writes == 0

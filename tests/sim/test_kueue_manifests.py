@@ -137,6 +137,11 @@ def test_rbac_is_exactly_what_the_service_calls() -> None:
         (vocab.GROUP, vocab.PLURAL_MODEL_DEPLOYMENT_SCALERS, "patch"),
         ("", "pods", "list"),
         ("discovery.k8s.io", "endpointslices", "list"),
+        # The ready-on-composition follow-ups: one watch of Workloads, a GET of each Pod of an
+        # earlier incarnation until it is gone (docs/kueue.md#ready-on-composition).
+        (vocab.KUEUE_GROUP, "workloads", "list"),
+        (vocab.KUEUE_GROUP, "workloads", "watch"),
+        ("", "pods", "get"),
     }
     assert granted == expected
 
@@ -146,6 +151,6 @@ def test_the_client_makes_only_those_calls() -> None:
     calls = sorted({line.split("self.client.")[1].split("(")[0] for line in source.splitlines()
                     if "self.client." in line and "(" in line.split("self.client.")[1]})
     # The Workload delete goes through lightkube's request builder (it carries a DeleteOptions body).
-    assert calls == ["close", "create", "get", "list", "patch"]
+    assert calls == ["close", "create", "get", "list", "patch", "watch"]
     assert source.count("self.client._client") == 1 and '"delete", res=WorkloadRes' in source
     assert Path(ROOT / "app" / "kube" / "client.py").exists()

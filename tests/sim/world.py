@@ -51,8 +51,9 @@ from app import vocab
 from app.api.hooks import HookRequest, hook_request
 from app.api.v1 import ModelDeployment
 from app.control import observed as obs
+from app.control import composition
 from app.control import gang
-from app.control.intents import DeleteWorkload, Intent, RecordEvent, SetAdmissionCheck, SetWorkloadActive
+from app.control.intents import DeleteWorkload, Intent, ReadyOnComposition, RecordEvent, SetAdmissionCheck, SetWorkloadActive
 from app.control.sync import Refusal, SyncResult, SyncSettings, customize, reconcile
 from app.model.context import build_context
 from app.render import names
@@ -265,6 +266,10 @@ class Sim:
         self.pods: dict[str, dict[str, Any]] = {}
         self.other_children: dict[tuple[str, str], dict[str, Any]] = {}  # (child key, name) -> object
         self.workloads: dict[str, dict[str, Any]] = {}
+        # The executor's ready-on-composition follow-ups: Workload name -> (deployment, follow-up, the
+        # render facts of the pass that left it).
+        self.follow_ups: dict[str, tuple[str, ReadyOnComposition, dict[str, tuple[str, str | None]]]] = {}
+        self.follow_up_writes = 0
         self.wl_info: dict[str, dict[str, Any]] = {}  # sim bookkeeping: cq, cards, queue time
         self.events: dict[str, dict[str, Any]] = {}
         self.event_log: list[RecordEvent] = []
@@ -825,6 +830,8 @@ class Sim:
             self._record_event(intent)
         elif isinstance(intent, SetWorkloadActive):
             self._set_active(deployment, intent)
+        elif isinstance(intent, ReadyOnComposition):
+            self.follow_ups[intent.workload] = (deployment, intent, dict(facts or {}))
         elif isinstance(intent, SetAdmissionCheck):
             self._check_intent(deployment, intent, facts or {})
             wl = self.workloads.get(intent.workload)
@@ -842,6 +849,7 @@ class Sim:
             wl.setdefault("status", {})["admissionChecks"] = sorted([*checks, new_entry], key=lambda e: e["name"])
             wl["metadata"]["resourceVersion"] = self._next_rv()
             self.check_writes.append((self.t, intent.workload, str(old), intent.state))
+
 
     def _set_active(self, deployment: str, intent: SetWorkloadActive) -> None:
         """The deadlock release's merge patch, held to the copy's uid and resourceVersion; then what
@@ -1121,8 +1129,10 @@ class Sim:
         self.admitted_fingerprints.add(info["fingerprint"])
         # An obsolete render must never be admitted: our check is listed on every ClusterQueue, so
         # this can only happen if Ready was written for it. Judged against the render the
-        # deployment's last pass saw (an edit or a world change after it is a race no pass lost).
-        facts = self.last_facts.get(info["deployment"], {})
+        # deployment's last pass saw (an edit or a world change after it is a race no pass lost), or
+        # for a follow-up's Ready, the render the pass that left it saw (during an upgrade the last
+        # pass may be the other version's; the follow-up checked the spec and the versions itself).
+        facts = info.get("ready_facts") or self.last_facts.get(info["deployment"], {})
         role = wl["spec"]["podSets"][0]["name"]
         if role in facts and facts[role][0] != info["fingerprint"]:
             self.fail(f"Kueue admitted {name} on an obsolete render of {info['deployment']}/{role}")
@@ -1182,9 +1192,33 @@ class Sim:
     def preempt(self, name: str) -> None:
         self.evict(name, "Preempted")
 
+    def follow_up(self) -> None:
+        """The executor's ready-on-composition watch (app/kube/composition.py), on every Workload it
+        waits for: the same steps, on the simulator's objects; its write is held to every invariant a
+        pass's check write is."""
+        for name, (deployment, intent, facts) in sorted(self.follow_ups.items()):
+            wl = self.workloads.get(name)
+            if wl is None:
+                continue
+            step = composition.composed_step(wl)
+            if step is composition.Composed.WAIT or (step is composition.Composed.WRITE and any(p in self.pods for p in intent.stopping_pods)):
+                continue
+            del self.follow_ups[name]
+            if step is composition.Composed.DONE or not composition.deployment_unchanged(
+                    intent, self.parents.get(deployment), self.now()):
+                continue
+            self.note(f"follow-up: our check Ready on {name} (composed)")
+            self.follow_up_writes += 1
+            self.wl_info[name]["ready_facts"] = facts
+            self._execute(deployment, SetAdmissionCheck(
+                namespace=intent.namespace, workload=name, resource_version=wl["metadata"]["resourceVersion"],
+                state=READY, message=intent.message, last_transition_time=self.now()), facts=facts)
+
     def kueue(self) -> None:
-        """One round of every Kueue controller."""
+        """One round of every Kueue controller (and of the follow-ups' watch, which sees each composed
+        Workload at once)."""
         self.kueue_compose()
+        self.follow_up()
         self.kueue_checks()
         self.kueue_reserve_all()
         self.kueue_checks()

@@ -70,6 +70,11 @@ RESERVED = workload("QuotaReserved")
     ("its Workload being deleted", True, instance(pod()), workload("Admitted", deleting=True), 1, False,
      Situation.DEPARTED),
     ("admitted group lost a member", True, instance(pod(0)), ADMITTED, 2, False, Situation.DEPARTED),
+    # A view that does not list every member yet lists the others still gated: it lags.
+    ("admitted, a member not listed yet", True, instance(pod(0, gated=True, ready=False)), ADMITTED, 2, False,
+     Situation.INCOMPLETE),
+    ("admitted obsolete group lost a gated member", True,
+     instance(pod(0, fingerprint="old", gated=True, ready=False)), ADMITTED, 2, False, Situation.DEPARTED),
     ("queued on an obsolete render", True, instance(pod(fingerprint="old", gated=True, ready=False)), RESERVED, 1,
      False, Situation.SUPERSEDED),
     ("queued obsolete while held stays", True, instance(pod(fingerprint="old", gated=True, ready=False)), RESERVED,
@@ -82,6 +87,20 @@ RESERVED = workload("QuotaReserved")
 ])
 def test_classify_names_the_situation_of_one_ordinal(case, declared, inst, wl, size, held, expected):
     assert classify(declared=declared, inst=inst, workload=wl, fingerprint=FP, size=size, held=held) == expected, case
+
+
+@pytest.mark.parametrize("wl, upcoming_slot, expected", [
+    # Its group's Workload in the slot being filled: the Pods a pass created, not listed yet.
+    (ADMITTED, True, Situation.UNLISTED),
+    # Not admitted: it may be an older incarnation's, made again by Kueue from Pods that were stopping.
+    (RESERVED, True, Situation.EMPTY_WITH_WORKLOAD),
+    (workload("Admitted", deleting=True), True, Situation.EMPTY_WITH_WORKLOAD),
+    # In the other slot: an earlier incarnation's Workload left without Pods.
+    (ADMITTED, False, Situation.EMPTY_WITH_WORKLOAD),
+])
+def test_an_empty_ordinal_beside_the_upcoming_slots_workload_is_a_view_that_lags(wl, upcoming_slot, expected):
+    assert classify(declared=True, inst=None, workload=wl, fingerprint=FP, size=1, held=False,
+                    upcoming_slot=upcoming_slot) == expected
 
 
 @pytest.mark.parametrize("serving, held, admission_gate, others_not_serving, taken, expected", [
