@@ -144,10 +144,6 @@ class GangDecision:
     needs_peers: bool = False
 
 
-def _check_entry(workload: KubeObject) -> dict[str, Any] | None:
-    return obs.our_check(workload)
-
-
 def _reserved_since(workload: KubeObject) -> str | None:
     """When the Workload's quota reservation began (None while it holds none)."""
     cond = obs.condition(workload, vocab.KUEUE_COND_QUOTA_RESERVED)
@@ -251,7 +247,7 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
             workload = ctx.world.workload(ctx.namespace, group)
             if workload is None or obs.workload_deleting(workload):
                 continue
-            check = _check_entry(workload)
+            check = obs.our_check(workload)
             if check is None:
                 # The Workload's ClusterQueue does not list our check: nothing to decide.
                 continue

@@ -265,13 +265,13 @@ def pods_by_role(deployment: str, pods: ObjectsByName | None) -> dict[str, dict[
     for by_ordinal in out.values():
         for inst in by_ordinal.values():
             newest = inst.incarnation()
-            inst.earlier = sorted((p for p in inst.pods if pod_incarnation(p) != newest), key=_name)
-            inst.pods = sorted((p for p in inst.pods if pod_incarnation(p) == newest), key=_name)
+            inst.earlier = sorted((p for p in inst.pods if pod_incarnation(p) != newest), key=pod_name)
+            inst.pods = sorted((p for p in inst.pods if pod_incarnation(p) == newest), key=pod_name)
     return out
 
 
-def _name(pod: KubeObject) -> str:
-    return str((pod.get("metadata") or {}).get("name", ""))
+def pod_name(pod: KubeObject) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
 
 
 def as_child(observed: KubeObject) -> KubeObject:

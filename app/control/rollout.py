@@ -343,7 +343,7 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     adding = ours and p.render.hold is None
     if adding:
         entry.pods += [pod for member, pod in enumerate(wanted) if member not in have]
-        entry.stopping_pods = tuple(map(_name, inst.earlier))
+        entry.stopping_pods = tuple(map(obs.pod_name, inst.earlier))
     entry.action = Action.CREATE if adding else Action.KEEP
 
 
@@ -422,11 +422,7 @@ def _refill_beside(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance)
     if group in inst.groups_in_use() or standing is not None:
         return
     entry.pods = instance_pods(p.ctx, p.render, entry.ordinal, incarnation)
-    entry.stopping_pods = tuple(map(_name, [*inst.pods, *inst.earlier]))
-
-
-def _name(pod: KubeObject) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "")
+    entry.stopping_pods = tuple(map(obs.pod_name, [*inst.pods, *inst.earlier]))
 
 
 RULES = {

@@ -93,10 +93,6 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _name(pod: KubeObject) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "")
-
-
 def startup_budget(probe: KubeObject | None) -> int | None:
     """How long a startup probe lets a container start: its initial delay plus period × failures
     (the kubelet's defaults, 10 s and 3, where unset)."""
@@ -117,7 +113,7 @@ def _container_spec(pod: KubeObject, container: str) -> KubeObject:
 
 def container_stage(pod: KubeObject, status: KubeObject) -> Stage | None:
     """One container's stage from the kubelet's report, None when it is Ready."""
-    where = f"Pod {_name(pod)} container {status.get('name')}"
+    where = f"Pod {obs.pod_name(pod)} container {status.get('name')}"
     state = _dict(status.get("state"))
     waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else None
     waiting_reason = str((waiting or {}).get("reason") or "")
@@ -162,9 +158,9 @@ def pod_stage(pod: KubeObject) -> Stage | None:
             reason = (vocab.STAGE_REASON_UNSCHEDULABLE if scheduled.get("reason") == vocab.STAGE_REASON_UNSCHEDULABLE
                       else vocab.STAGE_REASON_NOT_SCHEDULED)
             return Stage(vocab.STAGE_SCHEDULING, reason,
-                         f"Pod {_name(pod)}: {scheduled.get('message') or scheduled.get('reason') or 'not scheduled'}")
+                         f"Pod {obs.pod_name(pod)}: {scheduled.get('message') or scheduled.get('reason') or 'not scheduled'}")
         return Stage(vocab.STAGE_SCHEDULING, vocab.STAGE_REASON_NOT_SCHEDULED,
-                     f"Pod {_name(pod)} waits for the scheduler")
+                     f"Pod {obs.pod_name(pod)} waits for the scheduler")
     status = _dict(pod.get("status"))
     found = [container_stage(pod, c) for key in ("initContainerStatuses", "containerStatuses")
              for c in _list(status.get(key)) if isinstance(c, dict)]
@@ -173,10 +169,10 @@ def pod_stage(pod: KubeObject) -> Stage | None:
         return stage
     if not status.get("containerStatuses"):
         return Stage(vocab.STAGE_PULLING, vocab.STAGE_REASON_CONTAINER_CREATING,
-                     f"Pod {_name(pod)} is on node {_dict(pod.get('spec')).get('nodeName')}; its containers are being "
+                     f"Pod {obs.pod_name(pod)} is on node {_dict(pod.get('spec')).get('nodeName')}; its containers are being "
                      "created")
     return Stage(vocab.STAGE_STARTING, vocab.STAGE_REASON_POD_NOT_READY,
-                 f"Pod {_name(pod)}: every container is Ready, the Pod is not Ready yet")
+                 f"Pod {obs.pod_name(pod)}: every container is Ready, the Pod is not Ready yet")
 
 
 def first_by_precedence(stages: list[Stage]) -> Stage | None:
@@ -218,11 +214,11 @@ def _gate_stage(inst: obs.ObservedInstance) -> Stage | None:
     for pod in inst.pods:
         if obs.pod_gated(pod):
             return Stage(vocab.STAGE_ADMITTING, vocab.STAGE_REASON_ADMISSION_GATED,
-                         f"Kueue admitted the Workload; Pod {_name(pod)} still carries its "
+                         f"Kueue admitted the Workload; Pod {obs.pod_name(pod)} still carries its "
                          f"{vocab.KUEUE_SCHEDULING_GATE} scheduling gate")
         if obs.pod_topology_gated(pod):
             return Stage(vocab.STAGE_ADMITTING, vocab.STAGE_REASON_TOPOLOGY_GATED,
-                         f"Kueue admitted the Workload; Pod {_name(pod)} waits for Kueue's topology placement "
+                         f"Kueue admitted the Workload; Pod {obs.pod_name(pod)} waits for Kueue's topology placement "
                          f"({vocab.KUEUE_TOPOLOGY_GATE} gate)")
     return None
 
@@ -250,10 +246,10 @@ def _departure(inst: obs.ObservedInstance, workload: KubeObject | None) -> str:
     for pod in inst.pods:
         status = _dict(pod.get("status"))
         if obs.pod_finished(pod):
-            return (f"Pod {_name(pod)} {str(status.get('phase')).lower()}"
+            return (f"Pod {obs.pod_name(pod)} {str(status.get('phase')).lower()}"
                     f"{': ' + str(status.get('reason')) if status.get('reason') else ''}; rebuilt whole")
         if obs.pod_terminating(pod):
-            return f"Pod {_name(pod)} is being deleted; rebuilt whole once it is gone"
+            return f"Pod {obs.pod_name(pod)} is being deleted; rebuilt whole once it is gone"
     return "a member of its Pod group is gone; rebuilt whole"
 
 

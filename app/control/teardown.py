@@ -45,8 +45,7 @@ def orphan_workload_deletes(ctx: DeploymentContext, observed_pods: ObservedPods,
 def router_pods_left(related: ObservedGroups) -> list[str]:
     """The names of the deployment's router Pods still on the API server (customize selects
     exactly these)."""
-    return sorted(str((pod.get("metadata") or {}).get("name", ""))
-                  for pod in (related.get(vocab.RELATED_PODS) or {}).values() if isinstance(pod, dict))
+    return sorted(obs.pod_name(pod) for pod in (related.get(vocab.RELATED_PODS) or {}).values() if isinstance(pod, dict))
 
 
 def router_held_empty(ctx: DeploymentContext, children: ObservedGroups) -> list[KubeObject]:

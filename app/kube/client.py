@@ -241,10 +241,12 @@ class Kube:
                 return None
             raise
 
-    async def watch_workloads(self) -> AsyncIterator[tuple[str, KubeObject]]:
-        """Every Workload change, cluster-wide, as (event type, object). A dropped stream resumes from
-        its last resourceVersion; after a 410 it starts again with every Workload as it is."""
-        async for kind, obj in self.client.watch(WorkloadRes, namespace=ALL_NS, on_error=on_error_retry):
+    async def watch_workloads(self, resume_from: str | None = None) -> AsyncIterator[tuple[str, KubeObject]]:
+        """Every Workload change, cluster-wide, as (event type, object): after the version `resume_from`,
+        or from every Workload as it is when None. A dropped stream resumes from its last
+        resourceVersion; after a 410 it starts again with every Workload as it is."""
+        async for kind, obj in self.client.watch(WorkloadRes, namespace=ALL_NS, resource_version=resume_from,
+                                                 on_error=on_error_retry):
             yield kind, _plain(obj)
 
     async def pod_exists(self, namespace: str, name: str) -> bool:

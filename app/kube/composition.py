@@ -3,12 +3,14 @@ single-role groups whose Pods it creates.
 
 Kueue composes a group's Workload only after the pass that creates its Pods has answered, so the
 check would wait for the next pass, behind every parent in Metacontroller's queue. Instead one
-watch of Workloads (cluster-wide, started with the first follow-up) hands each awaited Workload to
-its follow-up, which writes our check `Ready` once the planner's remaining condition holds: none of
-the Pods of the ordinal's earlier incarnations that the pass listed is left (a GET each until it
-is gone), and the deployment is still the object and generation the pass decided on, answered by
-no newer operator (else the next pass decides). The write is the executor's, with the Workload copy's resourceVersion; a follow-up
-that cannot finish within FOLLOW_SECONDS is dropped, and the passes decide as they always do.
+watch of Workloads (cluster-wide, running only while a follow-up waits: it stops at the first
+change nobody awaits and resumes from the last version it saw) hands each awaited Workload to its
+follow-up, which writes our check `Ready` once the planner's remaining condition holds: none of
+the Pods of the ordinal's earlier incarnations that the pass listed is left (read side by side,
+again each STOPPING_RECHECK_SECONDS until all are gone), and the deployment is still the object
+and generation the pass decided on, answered by no newer operator (else the next pass decides).
+The write is the executor's, with the Workload copy's resourceVersion; a follow-up that cannot
+finish within FOLLOW_SECONDS is dropped, and the passes decide as they always do.
 """
 
 from __future__ import annotations
@@ -57,14 +59,15 @@ class CompositionFollower:
         self.busy: dict[Key, asyncio.Task[None]] = {}
         self.again: set[Key] = set()
         self.watching: asyncio.Task[None] | None = None
+        # The last Workload version the watch saw: a watch started again resumes there, so a
+        # restart neither lists every Workload again nor misses a change made while it was off.
+        self.resume_from: str | None = None
 
     def expect(self, intent: ReadyOnComposition) -> None:
         """Wait for the intent's Workload (a later pass's copy of the same follow-up replaces it)."""
         if self.kube is None:
             return
-        now = self.clock()
-        for key in [k for k, (_, until) in self.waiting.items() if until <= now]:
-            del self.waiting[key]
+        now = self._expire()
         while len(self.waiting) >= MAX_FOLLOW_UPS:
             del self.waiting[next(iter(self.waiting))]
         self.waiting[(intent.namespace, intent.workload)] = (intent, now + FOLLOW_SECONDS)
@@ -78,13 +81,30 @@ class CompositionFollower:
         if tasks:
             await asyncio.wait(tasks)
 
+    def _expire(self) -> float:
+        """Drops the follow-ups past their time; returns the clock's reading."""
+        now = self.clock()
+        for key in [k for k, (_, until) in self.waiting.items() if until <= now]:
+            del self.waiting[key]
+        return now
+
+    def idle(self) -> bool:
+        """Nothing awaits a Workload: the watch may stop (expect() starts it again)."""
+        self._expire()
+        return not self.waiting and not self.busy
+
     async def _watch(self) -> None:
         assert self.kube is not None
         while True:
             try:
-                async for kind, workload in self.kube.watch_workloads():
+                async for kind, workload in self.kube.watch_workloads(self.resume_from):
+                    version = (workload.get("metadata") or {}).get("resourceVersion")
+                    self.resume_from = str(version) if version else self.resume_from
                     if kind != "DELETED":
                         self.seen(workload)
+                    if self.idle():
+                        self.watching = None  # at once: a follow-up expected from now on starts a watch
+                        return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the passes decide meanwhile; watch again
@@ -133,10 +153,9 @@ class CompositionFollower:
                 self._drop(key, intent)
                 return
             stopping = [name for name in intent.stopping_pods if name not in gone]
-            for name in stopping:
-                if not await self.kube.pod_exists(intent.namespace, name):
-                    gone.add(name)
-            if any(name not in gone for name in stopping):
+            left = await asyncio.gather(*(self.kube.pod_exists(intent.namespace, name) for name in stopping))
+            gone.update(name for name, exists in zip(stopping, left) if not exists)
+            if any(left):
                 await asyncio.sleep(STOPPING_RECHECK_SECONDS)
             elif not follow_up.deployment_unchanged(
                     intent, await self.kube.model_deployment(intent.namespace, intent.deployment), self.now()):

@@ -207,3 +207,74 @@ def test_the_executor_hands_a_follow_up_of_its_parent_to_the_follower_and_drops_
 
     executor = asyncio.run(story())
     assert [intent for intent, _ in executor.composition.waiting.values()] == [INTENT]
+
+
+class WatchingKube(FakeKube):
+    """A Workload watch fed by the test: each start records the version it resumes from."""
+
+    def __init__(self) -> None:
+        super().__init__(set())
+        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.starts: list[str | None] = []
+
+    async def watch_workloads(self, resume_from: str | None = None) -> Any:
+        self.starts.append(resume_from)
+        while True:
+            yield await self.events.get()
+
+
+def test_the_watch_stops_when_nothing_waits_and_resumes_from_the_last_version_seen() -> None:
+    async def story() -> tuple[WatchingKube, Writes, CompositionFollower]:
+        kube, writes = WatchingKube(), Writes()
+        f = CompositionFollower(kube, writes, lambda: "2026-12-01T00:00:00Z")  # type: ignore[arg-type]
+        f.expect(INTENT)
+        await kube.events.put(("MODIFIED", copy_of("10")))  # the awaited copy: Ready is written
+        await settled_and_drained(f, kube)
+        await kube.events.put(("MODIFIED", {**copy_of("11"), "metadata": {
+            "name": "another", "namespace": "team-a", "resourceVersion": "11"}}))  # nobody awaits it: stop
+        await settled_and_drained(f, kube)
+        assert f.watching is None
+        f.expect(INTENT)  # a later pass's follow-up starts the watch again, after version 11
+        await kube.events.put(("MODIFIED", copy_of("12")))
+        await settled_and_drained(f, kube)
+        await f.close()
+        return kube, writes, f
+
+    kube, writes, f = asyncio.run(story())
+    assert kube.starts == [None, "11"]
+    assert [w.resource_version for w in writes.made] == ["10", "12"]
+
+
+async def settled_and_drained(f: CompositionFollower, kube: WatchingKube) -> None:
+    while not kube.events.empty():
+        await asyncio.sleep(0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await settled(f)
+
+
+def test_the_stopping_pods_are_read_side_by_side() -> None:
+    class SlowKube(FakeKube):
+        def __init__(self) -> None:
+            super().__init__({"qwen-server-r0-a", "qwen-server-r0-b"})
+            self.in_flight = self.most_in_flight = 0
+
+        async def pod_exists(self, namespace: str, name: str) -> bool:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            await asyncio.sleep(0)
+            self.in_flight -= 1
+            return await super().pod_exists(namespace, name)
+
+    async def story() -> tuple[SlowKube, Writes]:
+        kube, writes = SlowKube(), Writes()
+        f = follower(kube, writes)
+        f.expect(ReadyOnComposition(**{**INTENT.__dict__, "stopping_pods": ("qwen-server-r0-a", "qwen-server-r0-b")}))
+        kube.copies = [copy_of("11")]
+        f.seen(copy_of("10"))
+        await settled(f)
+        return kube, writes
+
+    kube, writes = asyncio.run(story())
+    assert kube.most_in_flight == 2 and kube.pod_reads == 4  # both at once; again once both were found
+    assert [w.resource_version for w in writes.made] == ["11"]
