@@ -7,9 +7,10 @@ object) and the webhooks (live reads of the cluster objects a decision depends o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, cast
 
 import httpx2
 from lightkube import ALL_NS, AsyncClient, KubeConfig
@@ -241,13 +242,16 @@ class Kube:
                 return None
             raise
 
-    async def watch_workloads(self, resume_from: str | None = None) -> AsyncIterator[tuple[str, KubeObject]]:
+    async def watch_workloads(self, resume_from: str | None = None) -> AsyncGenerator[tuple[str, KubeObject], None]:
         """Every Workload change, cluster-wide, as (event type, object): after the version `resume_from`,
         or from every Workload as it is when None. A dropped stream resumes from its last
         resourceVersion; after a 410 it starts again with every Workload as it is."""
-        async for kind, obj in self.client.watch(WorkloadRes, namespace=ALL_NS, resource_version=resume_from,
-                                                 on_error=on_error_retry):
-            yield kind, _plain(obj)
+        # lightkube's watch is an async generator (typed as an iterable): closing it closes the stream.
+        changes = cast(AsyncGenerator[tuple[str, Any], None], self.client.watch(
+            WorkloadRes, namespace=ALL_NS, resource_version=resume_from, on_error=on_error_retry))
+        async with contextlib.aclosing(changes):  # the HTTP stream closes with this generator
+            async for kind, obj in changes:
+                yield kind, _plain(obj)
 
     async def pod_exists(self, namespace: str, name: str) -> bool:
         """Whether the Pod is still stored (being deleted counts: it has not stopped yet)."""

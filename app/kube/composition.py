@@ -16,6 +16,7 @@ finish within FOLLOW_SECONDS is dropped, and the passes decide as they always do
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Awaitable, Callable
@@ -53,7 +54,8 @@ class CompositionFollower:
         self.write = write
         self.now = now
         self.clock = clock
-        # (namespace, Workload name) -> the follow-up and when it is dropped.
+        # (namespace, Workload name) -> the follow-up and when it is dropped, in the order of those
+        # times (every follow-up waits FOLLOW_SECONDS, and a replaced one moves to the end).
         self.waiting: dict[Key, tuple[ReadyOnComposition, float]] = {}
         # Follow-ups being carried out, and those a copy arrived for meanwhile (read again after).
         self.busy: dict[Key, asyncio.Task[None]] = {}
@@ -68,9 +70,11 @@ class CompositionFollower:
         if self.kube is None:
             return
         now = self._expire()
+        key = (intent.namespace, intent.workload)
+        self.waiting.pop(key, None)
         while len(self.waiting) >= MAX_FOLLOW_UPS:
             del self.waiting[next(iter(self.waiting))]
-        self.waiting[(intent.namespace, intent.workload)] = (intent, now + FOLLOW_SECONDS)
+        self.waiting[key] = (intent, now + FOLLOW_SECONDS)
         if self.watching is None or self.watching.done():
             self.watching = asyncio.get_running_loop().create_task(self._watch())
 
@@ -82,9 +86,12 @@ class CompositionFollower:
             await asyncio.wait(tasks)
 
     def _expire(self) -> float:
-        """Drops the follow-ups past their time; returns the clock's reading."""
+        """Drops the follow-ups past their time (the first in `waiting`); returns the clock's reading."""
         now = self.clock()
-        for key in [k for k, (_, until) in self.waiting.items() if until <= now]:
+        while self.waiting:
+            key, (_, until) = next(iter(self.waiting.items()))
+            if until > now:
+                break
             del self.waiting[key]
         return now
 
@@ -97,14 +104,16 @@ class CompositionFollower:
         assert self.kube is not None
         while True:
             try:
-                async for kind, workload in self.kube.watch_workloads(self.resume_from):
-                    version = (workload.get("metadata") or {}).get("resourceVersion")
-                    self.resume_from = str(version) if version else self.resume_from
-                    if kind != "DELETED":
-                        self.seen(workload)
-                    if self.idle():
-                        self.watching = None  # at once: a follow-up expected from now on starts a watch
-                        return
+                # aclosing: the stream closes when the watch stops, not when the collector finds it.
+                async with contextlib.aclosing(self.kube.watch_workloads(self.resume_from)) as changes:
+                    async for kind, workload in changes:
+                        version = (workload.get("metadata") or {}).get("resourceVersion")
+                        self.resume_from = str(version) if version else self.resume_from
+                        if kind != "DELETED":
+                            self.seen(workload)
+                        if self.idle():
+                            self.watching = None  # at once: a follow-up expected from now on starts a watch
+                            return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the passes decide meanwhile; watch again

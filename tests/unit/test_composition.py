@@ -278,3 +278,57 @@ def test_the_stopping_pods_are_read_side_by_side() -> None:
     kube, writes = asyncio.run(story())
     assert kube.most_in_flight == 2 and kube.pod_reads == 4  # both at once; again once both were found
     assert [w.resource_version for w in writes.made] == ["11"]
+
+
+def test_follow_ups_expire_in_the_order_of_their_deadlines_and_a_renewed_one_waits_anew() -> None:
+    async def story() -> CompositionFollower:
+        clock = [0.0]
+        f = CompositionFollower(FakeKube(set()), Writes(), lambda: "2026-12-01T00:00:00Z",  # type: ignore[arg-type]
+                                clock=lambda: clock[0])
+        f.watching = asyncio.get_running_loop().create_future()  # type: ignore[assignment]  # no watch here
+        first = ReadyOnComposition(**{**INTENT.__dict__, "workload": "group-a"})
+        second = ReadyOnComposition(**{**INTENT.__dict__, "workload": "group-b"})
+        f.expect(first)
+        clock[0] = 10.0
+        f.expect(second)
+        clock[0] = 20.0
+        f.expect(first)  # a later pass's copy: group-a now waits until 140 s, after group-b
+        clock[0] = follower_module.FOLLOW_SECONDS + 15.0
+        assert not f.idle()
+        return f
+
+    f = asyncio.run(story())
+    assert list(f.waiting) == [("team-a", "group-a")]
+
+
+def test_a_stopped_watch_closes_its_stream_at_once() -> None:
+    class ClosingKube(WatchingKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.closed = 0
+
+        async def watch_workloads(self, resume_from: str | None = None) -> Any:
+            try:
+                while True:
+                    yield await self.events.get()
+            finally:
+                self.closed += 1
+
+    async def story() -> ClosingKube:
+        kube = ClosingKube()
+        f = CompositionFollower(kube, Writes(), lambda: "2026-12-01T00:00:00Z")  # type: ignore[arg-type]
+        f.expect(INTENT)
+        await kube.events.put(("MODIFIED", copy_of("10")))
+        await settled_and_drained(f, kube)
+        watch = f.watching
+        assert watch is not None
+        closed_when_stopped: list[int] = []
+        watch.add_done_callback(lambda _: closed_when_stopped.append(kube.closed))
+        await kube.events.put(("MODIFIED", {**copy_of("11"), "metadata": {
+            "name": "another", "namespace": "team-a", "resourceVersion": "11"}}))
+        await settled_and_drained(f, kube)
+        assert f.watching is None and watch.done()
+        assert closed_when_stopped == [1]  # as it stopped, not later from the collector's finalizer
+        return kube
+
+    asyncio.run(story())
