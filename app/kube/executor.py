@@ -182,9 +182,9 @@ async def record_event(kube: Kube, intent: RecordEvent) -> bool:
 def _pod_groups(namespace: str, deployment: str, roles: tuple[str, ...]) -> dict[str, tuple[str, int]]:
     """Every pod group (Workload) name the parent can have: (role, ordinal) by name, for every
     declared role and every ordinal the schema allows (status-read ordinals are bounded the same)."""
-    return {group: (role, ordinal)
-            for role in roles for ordinal in range(vocab.MAX_ROLE_REPLICAS)
-            for group in names.pod_groups(namespace, deployment, role, ordinal)}
+    return {group: (role, ordinal) for role in roles
+            for group, ordinal in names.role_pod_groups(namespace, deployment, role,
+                                                        range(vocab.MAX_ROLE_REPLICAS)).items()}
 
 
 def live_roles(live: KubeObject) -> tuple[str, ...]:

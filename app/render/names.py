@@ -16,13 +16,16 @@ LABEL_MAX = 63
 FINGERPRINT_LENGTH = 10
 
 
-def fnv64a(text: str) -> int:
-    """FNV-1a 64-bit: stable across processes and Python versions (unlike hash())."""
-    value = 0xCBF29CE484222325
+FNV64_OFFSET = 0xCBF29CE484222325
+
+
+def fnv64a(text: str, state: int = FNV64_OFFSET) -> int:
+    """FNV-1a 64-bit: stable across processes and Python versions (unlike hash()). It hashes byte
+    by byte, so `fnv64a(b, fnv64a(a)) == fnv64a(a + b)`: a shared prefix is hashed once."""
     for byte in text.encode():
-        value ^= byte
-        value = (value * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return value
+        state ^= byte
+        state = (state * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return state
 
 
 def role_service(deployment: str, role: str) -> str:
@@ -77,17 +80,39 @@ def slot_of(incarnation: int) -> int:
 @lru_cache(maxsize=65536)
 def pod_group(namespace: str, deployment: str, role: str, ordinal: int, slot: int = 0) -> str:
     """Kueue pod-group (and Workload) name of one replica's slot: a function of the ordinal and
-    the slot, a DNS-1123 label; slot 0 is `gpustack-fnv64-<hash>`, slot s `…-s<s>`.
+    the slot, a DNS-1123 label; slot 0 is `gpustack-fnv64-<hash>`, slot s `…-s<s>`, the hash that of
+    `<namespace>/<deployment>/<role>/<ordinal>`.
 
-    Memoized: a sync asks it 3-4 times per replica (rollout, gang, the Pods), and `fnv64a` hashes
-    byte by byte in Python."""
-    digest = fnv64a(f"{namespace}/{deployment}/{role}/{ordinal}")
-    return f"gpustack-fnv64-{digest:016x}" if slot == 0 else f"gpustack-fnv64-{digest:016x}-s{slot}"
+    Memoized: a sync asks it 3-4 times per replica (rollout, gang, the Pods)."""
+    return _slot_name(fnv64a(str(ordinal), _role_state(namespace, deployment, role)), slot)
 
 
 def pod_groups(namespace: str, deployment: str, role: str, ordinal: int) -> list[str]:
     """Every pod-group name an ordinal may have, one per slot."""
     return [pod_group(namespace, deployment, role, ordinal, slot) for slot in range(SLOTS)]
+
+
+def role_pod_groups(namespace: str, deployment: str, role: str, ordinals: range) -> dict[str, int]:
+    """Every pod-group name of the role's `ordinals` (each slot), to its ordinal: one hash of the
+    shared prefix and a few bytes per ordinal, and without filling pod_group's memo (the executor
+    asks it for every ordinal the schema allows)."""
+    state = _role_state(namespace, deployment, role)
+    out: dict[str, int] = {}
+    for ordinal in ordinals:
+        digest = fnv64a(str(ordinal), state)
+        for slot in range(SLOTS):
+            out[_slot_name(digest, slot)] = ordinal
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _role_state(namespace: str, deployment: str, role: str) -> int:
+    """The FNV-1a state after `<namespace>/<deployment>/<role>/`, the prefix a role's groups share."""
+    return fnv64a(f"{namespace}/{deployment}/{role}/")
+
+
+def _slot_name(digest: int, slot: int) -> str:
+    return f"gpustack-fnv64-{digest:016x}" if slot == 0 else f"gpustack-fnv64-{digest:016x}-s{slot}"
 
 
 def fingerprint(canonical_json: bytes) -> str:

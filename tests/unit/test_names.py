@@ -24,6 +24,23 @@ def test_pod_group_is_stable_and_a_dns_label():
     assert group != names.pod_group("team-a", "qwen", "server", 1)
 
 
+def test_pod_group_names_never_change_between_versions():
+    # Running Workloads carry these names: an operator upgrade must derive the same ones.
+    assert names.pod_group("team-a", "qwen", "server", 0) == "gpustack-fnv64-bdf8eb21739dcea9"
+    assert names.pod_group("team-a", "qwen", "server", 17, 1) == "gpustack-fnv64-6bc297d77522ebf3-s1"
+    assert names.pod_group("ns", "d", "r", 3) == f"gpustack-fnv64-{names.fnv64a('ns/d/r/3'):016x}"
+
+
+def test_a_roles_pod_groups_are_every_slot_of_every_ordinal_asked():
+    groups = names.role_pod_groups("team-a", "qwen", "server", range(12))
+    assert groups == {g: o for o in range(12) for g in names.pod_groups("team-a", "qwen", "server", o)}
+    assert len(groups) == 12 * names.SLOTS
+
+
+def test_fnv64a_goes_on_from_a_prefix_state():
+    assert names.fnv64a("bar", names.fnv64a("foo")) == names.fnv64a("foobar")
+
+
 @pytest.mark.parametrize(
     "text,value",
     [("", 0xCBF29CE484222325), ("a", 0xAF63DC4C8601EC8C), ("foobar", 0x85944171F73967E8)],
