@@ -10,10 +10,14 @@
 #   bench/e2e-scale.sh                          # N = 10, 50, 100, 200, every mode
 #   bench/e2e-scale.sh --sizes 10 --out /tmp/s  # a smoke run elsewhere
 #   bench/e2e-scale.sh --modes operator,baseline  # without LeaderWorkerSet
+#   bench/e2e-scale.sh --sizes 200 --modes operator --profile  # where the operator's CPU goes (py-spy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install --quiet matplotlib
+case " $* " in
+  *" --profile "*) [ -x .venv/bin/py-spy ] || "$PY" -m pip install --quiet py-spy ;;
+esac
 case " $* " in
   *" --modes "*) [[ " $* " == *lws* ]] && tests/e2e/components/build.sh lws >&2 ;;
   *) tests/e2e/components/build.sh lws >&2 ;;

@@ -44,7 +44,7 @@ import cluster as e2e_cluster  # noqa: E402
 import md_operator  # noqa: E402
 
 from app import vocab  # noqa: E402
-from bench import lws  # noqa: E402
+from bench import lws, operator_profile  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
 from bench.status_fields import StatusFieldWatch  # noqa: E402
 from bench.e2e_scale_pool import (CPU_PER_NODE, GPUS_PER_NODE, MEMORY_PER_NODE_GI, PODS_PER_NODE,  # noqa: E402
@@ -624,7 +624,7 @@ def point_hooks(cp: e2e_cluster.ControlPlane, port: int) -> None:
     cp.kubectl("patch", "compositecontroller", "modeldeployment", "--type=json", "-p", json.dumps(patch))
 
 
-def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -> dict[str, Any]:
+def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", profile: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": {}, "source": source,
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
@@ -637,6 +637,7 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True
+    sampler: operator_profile.Sampler | None = None
     try:
         t0 = time.monotonic()
         cp.start()
@@ -646,6 +647,9 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
         # One operator process, as in every earlier run: its CPU and memory are that process's.
         op = md_operator.start_operator(cp, replicas=1)
         log(f"control plane and operator up in {time.monotonic() - t0:.0f} s; work dir {cp.work_dir}")
+        pid = cp.components[op.replicas[0].name].pid()
+        if profile and pid is not None:
+            sampler = operator_profile.Sampler(pid, out / "operator-profile.raw")
         it = instance_type(nodes)
         status = it.pop("status")
         cp.apply(it)
@@ -695,8 +699,23 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "") -
     finally:
         results["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if sampler is not None:
+            _write_profile(sampler, out, sizes, modes, source)
         cp.stop(keep_work_dir=failed)
     return results
+
+
+def _write_profile(sampler: operator_profile.Sampler, out: Path, sizes: list[int], modes: tuple[str, ...],
+                   source: str) -> None:
+    """The operator's profile over the whole run: bench/operator-profile-<sizes>-<modes>.txt."""
+    said = sampler.stop()
+    if not sampler.raw.exists():
+        log(f"no operator profile: {said}")
+        return
+    tag = f"{'-'.join(map(str, sizes))}-{'-'.join(m for m in modes if m != 'lws')}"
+    title = f"the operator process over e2e-scale N = {', '.join(map(str, sizes))}, modes {', '.join(modes)} ({source})"
+    (out / f"operator-profile-{tag}.txt").write_text(operator_profile.summarize(sampler.raw, title))
+    sampler.raw.unlink()
 
 
 def webhook_latency() -> dict[str, Any]:
@@ -739,12 +758,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--source", default=None, help="what code ran (default: this tree's git commit, +dirty)")
+    parser.add_argument("--profile", action="store_true",
+                        help="sample the operator process with py-spy for the whole run (bench/operator_profile.py)")
     parser.add_argument("--no-webhooks", action="store_true",
                         help="skip the webhook latency against a real API server (bench/webhooks.py) after the passes")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source())
+    results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source(), args.profile)
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     if not args.no_webhooks:
         try:
