@@ -647,8 +647,8 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", p
         # One operator process, as in every earlier run: its CPU and memory are that process's.
         op = md_operator.start_operator(cp, replicas=1)
         log(f"control plane and operator up in {time.monotonic() - t0:.0f} s; work dir {cp.work_dir}")
-        pid = cp.components[op.replicas[0].name].pid()
-        if profile and pid is not None:
+        pid = cp.components[op.replicas[0].name].pid if profile else None
+        if pid is not None:
             sampler = operator_profile.Sampler(pid, out / "operator-profile.raw")
         it = instance_type(nodes)
         status = it.pop("status")
