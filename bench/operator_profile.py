@@ -1,9 +1,9 @@
 """Where the operator process's CPU goes on the real stack: py-spy sampling that process for a
 whole e2e-scale run (`bench/e2e-scale.sh --profile`), summarized by the share of samples under
-each of the operator's own functions and under each step of the event loop.
+each of the operator's own functions (inclusive) and by the leaf functions where the time is spent.
 
 py-spy reads the process from outside (no change to the operator, a few percent of one core at
-50 samples a second); bench/run.sh installs it. Idle threads are not sampled, so a share is of the
+50 samples a second); bench/e2e-scale.sh installs it. Idle threads are not sampled, so a share is of the
 time the process was doing something.
 """
 
@@ -22,25 +22,29 @@ _LINE = re.compile(r":\d+\)$")
 
 
 class Sampler:
-    """py-spy recording one process into `raw` (its "raw" collapsed-stack format) until stopped."""
+    """py-spy recording one process into `raw` (its "raw" collapsed-stack format) until stopped.
+    Its own output goes to a file beside `raw` (a pipe nobody reads during an hour-long run could
+    fill and stop it)."""
 
     def __init__(self, pid: int, raw: Path) -> None:
         self.raw = raw
+        self.log = raw.with_name(raw.name + ".log")
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        self.proc = subprocess.Popen(  # noqa: S603 - our own argv
-            [exe, "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw", "--output", str(raw),
-             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 - our own argv
+                [exe, "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw", "--output", str(raw),
+                 "--nonblocking"], stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self) -> str:
         """Stops sampling (py-spy writes its file on SIGINT); returns py-spy's own last words."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=60)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        return (err or b"").decode(errors="replace").strip()[-400:]
+            self.proc.wait()
+        return self.log.read_text(errors="replace").strip()[-400:]
 
 
 def _stacks(raw: Path) -> list[tuple[list[str], int]]:

@@ -23,6 +23,7 @@ import itertools
 import select
 import socket
 import socketserver
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -139,7 +140,13 @@ class HttpFront(_Server):
                         conn.request(self.command, self.path, body=body, headers=headers)
                         response = conn.getresponse()
                         data = response.read()
-                    except OSError as exc:  # the replica went away mid-request: never sent twice
+                    except (OSError, http.client.HTTPException) as exc:
+                        # The replica went away mid-request, or answered what is not HTTP: never sent
+                        # twice, and said on stderr with both ends of the connection (a malformed
+                        # answer on a fresh connection has been seen twice and is not explained).
+                        where = _ends(conn.sock)
+                        sys.stderr.write(f"front {front.port}: replica {port} ({where}) {self.command} "
+                                         f"{self.path}: {exc!r}\n")
                         self._answer(502, [("Content-Type", "text/plain")], f"replica {port}: {exc}".encode())
                         return
                     finally:
@@ -192,6 +199,14 @@ class TcpFront(_Server):
             daemon_threads = True
 
         return Server(("127.0.0.1", self.port), Handler)
+
+
+def _ends(sock: socket.socket | None) -> str:
+    """"local -> peer" of a connection, as far as it is still known."""
+    try:
+        return f"{sock.getsockname()} -> {sock.getpeername()}" if sock is not None else "closed"
+    except OSError:
+        return "closed"
 
 
 def _pump(a: socket.socket, b: socket.socket) -> None:

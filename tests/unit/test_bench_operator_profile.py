@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+
+import pytest
 
 from bench import operator_profile
 
@@ -23,3 +27,34 @@ def test_the_summary_shares_samples_by_the_operators_functions_and_by_leaf(tmp_p
     assert " 30.0%  _follow (app/kube/composition.py)" in inclusive
     assert "json" not in inclusive  # only the operator's own frames above
     assert " 60.0%  loads (json/__init__.py)" in leaves
+
+
+def test_the_sampler_keeps_py_spys_output_in_a_file_so_a_chatty_run_cannot_block_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for py-spy that writes more than a pipe holds before it is stopped, then writes its
+    # profile on SIGINT as py-spy does.
+    fake = tmp_path / "py-spy"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import signal, sys, time\n"
+        "out = sys.argv[sys.argv.index('--output') + 1]\n"
+        "def done(*_):\n"
+        "    open(out, 'w').write('f (app/x.py:1) 1\\n')\n"
+        "    sys.stderr.write('Wrote raw profile\\n')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGINT, done)\n"
+        "sys.stderr.write('x' * 200_000 + '\\n')\n"
+        "sys.stderr.flush()\n"
+        "open(out + '.chatted', 'w').close()\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(operator_profile.shutil, "which", lambda _: str(fake))
+    raw = tmp_path / "operator-profile.raw"
+    sampler = operator_profile.Sampler(os.getpid(), raw)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "operator-profile.raw.chatted").exists():  # it got past its 200 KB of output
+        assert sampler.proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert sampler.stop().endswith("Wrote raw profile")
+    assert raw.read_text() == "f (app/x.py:1) 1\n"
