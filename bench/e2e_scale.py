@@ -624,16 +624,19 @@ def point_hooks(cp: e2e_cluster.ControlPlane, port: int) -> None:
     cp.kubectl("patch", "compositecontroller", "modeldeployment", "--type=json", "-p", json.dumps(patch))
 
 
-def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", profile: bool = False) -> dict[str, Any]:
-    results: dict[str, Any] = {"sizes": {}, "source": source,
+def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", profile: bool = False,
+        kueue_gates: dict[str, bool] | None = None) -> dict[str, Any]:
+    results: dict[str, Any] = {"sizes": {}, "source": source, "kueue_feature_gates": dict(kueue_gates or {}),
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     with_lws = "lws" in modes
     nodes = pool_nodes(max(sizes))
     pool = node_pool(nodes)
     # Kueue as it ships, controller concurrency included (bench/README.md, e2e-scale).
-    cp = (lws.LwsControlPlane(nodes=(pool,), kueue_as_shipped=True) if with_lws
-          else e2e_cluster.ControlPlane(nodes=(pool,), kueue_as_shipped=True))
+    # --kueue-gate sets Kueue feature gates on top (e.g. DisableWaitForPodsReady=true, to measure
+    # what Kueue's PodsReady condition costs a turnover: docs/kueue.md#what-a-turnover-waits-for).
+    cp = (lws.LwsControlPlane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates) if with_lws
+          else e2e_cluster.ControlPlane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates))
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True
@@ -752,6 +755,14 @@ def _source() -> str:
         return "unknown"
 
 
+def kueue_gate(text: str) -> tuple[str, bool]:
+    """`NAME=true` or `NAME=false`, as Kueue's featureGates take them."""
+    name, _, value = text.partition("=")
+    if not name or value.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a Kueue feature gate is NAME=true or NAME=false")
+    return name, value.lower() == "true"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100,200")
@@ -762,10 +773,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="sample the operator process with py-spy for the whole run (bench/operator_profile.py)")
     parser.add_argument("--no-webhooks", action="store_true",
                         help="skip the webhook latency against a real API server (bench/webhooks.py) after the passes")
+    parser.add_argument("--kueue-gate", action="append", default=[], type=kueue_gate, metavar="NAME=true|false",
+                        help="a Kueue feature gate on top of the run's (repeatable), e.g. DisableWaitForPodsReady=true")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source(), args.profile)
+    results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source(), args.profile,
+                  dict(args.kueue_gate))
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     if not args.no_webhooks:
         try:

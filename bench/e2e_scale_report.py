@@ -275,6 +275,14 @@ def _pool_nodes(sizes: list[int]) -> int:
     return pool_nodes(max(sizes)) if sizes else 0
 
 
+def _gates(results: dict[str, Any]) -> str:
+    gates = results.get("kueue_feature_gates") or {}
+    if not gates:
+        return ""
+    return " **Kueue feature gates set for this run** (--kueue-gate): " + ", ".join(
+        f"`{name}={str(on).lower()}`" for name, on in sorted(gates.items())) + "."
+
+
 def section(results: dict[str, Any]) -> str:
     sizes = _sizes(results)
     lines = [BEGIN, "", "## Scale on the real stack: N deployments through Metacontroller (bench/e2e-scale.sh)", "",
@@ -291,7 +299,8 @@ def section(results: dict[str, Any]) -> str:
              "answering the children our render precomputed for each spec, after an orjson parse, with the same "
              "replacement cadence and the same AdmissionCheck writes "
              "(bench/e2e_scale_baseline.py), so Metacontroller, the API server, Kueue and kwok do the same work; "
-             "then, when the run has them, the operator and LeaderWorkerSet on LWS's shape (below).",
+             "then, when the run has them, the operator and LeaderWorkerSet on LWS's shape (below)."
+             + _gates(results),
              ""]
     for run in results.get("runs") or []:
         lines.append(f"- N = {', '.join(map(str, run['sizes']))}: run {run['started']} -> {run['finished']} "

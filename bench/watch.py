@@ -4,9 +4,17 @@ bench/status_fields.StatusFieldWatch): a thread that hands each ADDED, MODIFIED 
 again from the last resourceVersion it saw, so no event is lost nor seen twice.
 
 An ERROR event (the API server no longer has that version: 410 Gone) ends the watch with `error`
-set: the events in between are gone, and an observer that counted them would be wrong."""
+set: the events in between are gone, and an observer that counted them would be wrong.
+
+`stop()` wakes the watch's thread by shutting its connection down and lets that thread close it.
+Closing it from another thread is not safe: the reader may be inside OpenSSL, which reads the socket
+by its number, and a number closed under it goes to the next connection this process opens. The
+reader then takes that connection's bytes: the driver's runs saw a poll of the API server fail on
+"wrong version number", and the hooks' front read an answer without its first bytes."""
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from typing import Any, Callable
@@ -64,6 +72,8 @@ class Watch:
                   "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS)}
         with client.stream("GET", self.path, params=params, timeout=None) as response:
             self._response = response
+            if self._stop.is_set():  # stopped while this request was being made
+                return True
             if response.status_code != 200:
                 response.read()
                 if response.status_code == 410:
@@ -90,10 +100,16 @@ class Watch:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._response is not None:
-            try:
-                self._response.close()
-            except Exception:  # noqa: BLE001
-                pass
+        shutdown(self._response)
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def shutdown(response: Any) -> None:
+    """Wakes whoever reads `response` (an httpx streaming response) with an end of stream, without
+    giving up its socket's number: the reader's own thread closes it (module docstring)."""
+    stream = (getattr(response, "extensions", None) or {}).get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already closed by its thread: nothing to wake
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)

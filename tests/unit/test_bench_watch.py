@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import orjson
+import pytest
 
 from bench import watch as bench_watch
 
@@ -94,3 +95,55 @@ def test_an_error_event_ends_the_watch_and_says_why(monkeypatch):
     assert seen == ["ADDED"]
     assert asked == ["10"]
     assert "too old resource version" in watch.error
+
+
+def test_stop_wakes_the_reader_and_leaves_closing_the_connection_to_the_watchs_own_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real connection: one event, then nothing (a quiet collection). stop() must wake the reader
+    # blocked on it, and the socket must be closed by the watch's thread, never under it.
+    import socket
+    import time
+
+    import httpx
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    served = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        line = _event("ADDED", "a", "1") + b"\n"
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + f"{len(line):x}\r\n".encode() + line + b"\r\n")
+        served.wait(30)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    seen: list[str] = []
+    port = server.getsockname()[1]
+    watch = bench_watch.Watch(lambda: httpx.Client(base_url=f"http://127.0.0.1:{port}"), "/pods",
+                              lambda kind, obj, now: seen.append(obj["metadata"]["name"]))
+    closed_by: list[str] = []
+    watch.start("0")
+    deadline = time.monotonic() + 10
+    while not seen:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sock = watch._response.extensions["network_stream"].get_extra_info("socket")
+    real_close = socket.socket.close
+
+    def close(self: socket.socket) -> None:
+        if self is sock:
+            closed_by.append(threading.current_thread().name)
+        real_close(self)
+
+    monkeypatch.setattr(socket.socket, "close", close)
+    began = time.monotonic()
+    watch.stop()
+    served.set()
+    server.close()
+    assert watch._thread is not None and not watch._thread.is_alive()
+    assert time.monotonic() - began < 5  # woken, not left to the join's timeout
+    assert closed_by and threading.main_thread().name not in closed_by
