@@ -635,8 +635,8 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", p
     # Kueue as it ships, controller concurrency included (bench/README.md, e2e-scale).
     # --kueue-gate sets Kueue feature gates on top (e.g. DisableWaitForPodsReady=true, to measure
     # what Kueue's PodsReady condition costs a turnover: docs/kueue.md#what-a-turnover-waits-for).
-    cp = (lws.LwsControlPlane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates) if with_lws
-          else e2e_cluster.ControlPlane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates))
+    plane = lws.LwsControlPlane if with_lws else e2e_cluster.ControlPlane
+    cp = plane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates)
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True

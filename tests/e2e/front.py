@@ -142,8 +142,9 @@ class HttpFront(_Server):
                         data = response.read()
                     except (OSError, http.client.HTTPException) as exc:
                         # The replica went away mid-request, or answered what is not HTTP: never sent
-                        # twice, and said on stderr with both ends of the connection (a malformed
-                        # answer on a fresh connection has been seen twice and is not explained).
+                        # twice, and said on stderr with both ends of the connection (an answer read
+                        # without its start was a stale TLS reader in this process taking its bytes:
+                        # bench/watch.py).
                         where = _ends(conn.sock)
                         sys.stderr.write(f"front {front.port}: replica {port} ({where}) {self.command} "
                                          f"{self.path}: {exc!r}\n")

@@ -9,6 +9,7 @@ import threading
 import httpx
 import pytest
 
+from cluster import free_ports
 from front import HttpFront
 
 
@@ -29,9 +30,7 @@ def test_a_replica_answering_what_is_not_http_is_a_502(capsys: pytest.CaptureFix
         conn.close()
 
     threading.Thread(target=answer_garbage, daemon=True).start()
-    probe = _listener()
-    port = probe.getsockname()[1]
-    probe.close()
+    (port,) = free_ports(1)
     front = HttpFront(port, [backend.getsockname()[1]])
     front.start()
     try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -101,11 +104,6 @@ def test_stop_wakes_the_reader_and_leaves_closing_the_connection_to_the_watchs_o
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A real connection: one event, then nothing (a quiet collection). stop() must wake the reader
     # blocked on it, and the socket must be closed by the watch's thread, never under it.
-    import socket
-    import time
-
-    import httpx
-
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
