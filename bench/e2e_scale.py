@@ -44,7 +44,7 @@ import cluster as e2e_cluster  # noqa: E402
 import md_operator  # noqa: E402
 
 from app import vocab  # noqa: E402
-from bench import lws, operator_profile  # noqa: E402
+from bench import kueue_workers, lws, operator_profile  # noqa: E402
 from bench.e2e_scale_baseline import spec_key  # noqa: E402
 from bench.status_fields import StatusFieldWatch  # noqa: E402
 from bench.e2e_scale_pool import (CPU_PER_NODE, GPUS_PER_NODE, MEMORY_PER_NODE_GI, PODS_PER_NODE,  # noqa: E402
@@ -200,9 +200,11 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 
 class Observer:
-    def __init__(self, cp: e2e_cluster.ControlPlane, op: md_operator.Operator, baseline_port: int) -> None:
+    def __init__(self, cp: e2e_cluster.ControlPlane, op: md_operator.Operator, baseline_port: int,
+                 kueue_pprof: str | None = None) -> None:
         self.cp = cp
         self.op = op
+        self.kueue_pprof = kueue_pprof  # host:port of Kueue's pprof, when its workers are sampled
         self.api = cp.http_client(timeout=60)
         import httpx
         self.local = httpx.Client(timeout=30)
@@ -463,6 +465,9 @@ class Pass:
         if self.mode in ("operator", "wide", "baseline"):
             status_fields = StatusFieldWatch(lambda: self.cp.http_client(timeout=30), NAMESPACE)
             status_fields.start()
+        workers = kueue_workers.Sampler(self.obs.kueue_pprof) if self.obs.kueue_pprof else None
+        if workers is not None:
+            workers.start()
         before = self.obs.snapshot()
         action()
         try:
@@ -470,10 +475,13 @@ class Pass:
         finally:
             rollout = turnovers.stop() if turnovers is not None else None
             fields = status_fields.stop() if status_fields is not None else None
+            busy = workers.stop() if workers is not None else None
         after = self.obs.snapshot()
         report = phase_report(self.mode, before, after, self.obs.peak_rss_mb(), seconds)
         if fields is not None:
             report["status_fields"] = fields
+        if busy is not None:
+            report["kueue_workers"] = busy
         report["loadavg_start"] = [round(x, 2) for x in before["loadavg"]]
         if rollout is not None:
             report["rollout"] = rollout
@@ -625,8 +633,9 @@ def point_hooks(cp: e2e_cluster.ControlPlane, port: int) -> None:
 
 
 def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", profile: bool = False,
-        kueue_gates: dict[str, bool] | None = None) -> dict[str, Any]:
+        kueue_gates: dict[str, bool] | None = None, kueue_workers_sampled: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": {}, "source": source, "kueue_feature_gates": dict(kueue_gates or {}),
+                               "kueue_workers_sampled": kueue_workers_sampled,
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     with_lws = "lws" in modes
@@ -635,8 +644,12 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", p
     # Kueue as it ships, controller concurrency included (bench/README.md, e2e-scale).
     # --kueue-gate sets Kueue feature gates on top (e.g. DisableWaitForPodsReady=true, to measure
     # what Kueue's PodsReady condition costs a turnover: docs/kueue.md#what-a-turnover-waits-for).
+    # --kueue-workers: Kueue's goroutines are sampled through its pprof endpoint in every phase
+    # (bench/kueue_workers.py), to see which of its controllers a turnover waits behind.
+    kueue_pprof = f"127.0.0.1:{e2e_cluster.free_ports(1)[0]}" if kueue_workers_sampled else None
     plane = lws.LwsControlPlane if with_lws else e2e_cluster.ControlPlane
-    cp = plane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates)
+    cp = plane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates,
+               kueue_config_overrides={"pprofBindAddress": kueue_pprof} if kueue_pprof else None)
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True
@@ -670,7 +683,7 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", p
         cp.start_process("baseline", [sys.executable, "-m", "bench.e2e_scale_baseline", "--port", str(baseline_port),
                                       "--renders", str(renders_file), "--kubeconfig", str(cp.kubeconfig)],
                          env={**cp.env, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
-        obs = Observer(cp, op, baseline_port)
+        obs = Observer(cp, op, baseline_port, kueue_pprof)
         wait_for("the baseline service", lambda: _healthy(obs, baseline_port), 60, 0.5, cp)
         for n in sizes:
             batches = {"mixed": [deployment(i) for i in range(n)], "wide": [deployment(i, "wide") for i in range(n)]}
@@ -775,11 +788,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the webhook latency against a real API server (bench/webhooks.py) after the passes")
     parser.add_argument("--kueue-gate", action="append", default=[], type=kueue_gate, metavar="NAME=true|false",
                         help="a Kueue feature gate on top of the run's (repeatable), e.g. DisableWaitForPodsReady=true")
+    parser.add_argument("--kueue-workers", action="store_true",
+                        help="sample Kueue's goroutines in every phase: its busy workers per controller "
+                             "(bench/kueue_workers.py)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source(), args.profile,
-                  dict(args.kueue_gate))
+                  dict(args.kueue_gate), args.kueue_workers)
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     if not args.no_webhooks:
         try:

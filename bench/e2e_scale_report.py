@@ -162,7 +162,7 @@ def lws_section(results: dict[str, Any]) -> list[str]:
                          f"{rollout.get('fewest_ready', '')} | {_downtime_cell(rollout)} |")
     lines += ["", "Controller CPU: ours is the operator process plus Metacontroller; LWS's its manager (kube-controller-"
               "manager, which runs LWS's StatefulSets, is in all processes' CPU)."]
-    return lines + anatomy_section(results, peers)
+    return lines + anatomy_section(results, peers) + kueue_workers_section(results, peers)
 
 
 def _downtime_cell(rollout: dict[str, Any]) -> str:
@@ -191,6 +191,29 @@ def anatomy_section(results: dict[str, Any], peers: list[int]) -> list[str]:
     for n, mode, anatomy in rows:
         cells = " | ".join(f"{anatomy[key]:.2f}" if key in anatomy else "" for key, _ in ANATOMY_COLUMNS)
         lines.append(f"| {n} | {'ours (LWS shape)' if mode == 'wide' else 'LWS'} | {cells} |")
+    return lines
+
+
+def kueue_workers_section(results: dict[str, Any], peers: list[int]) -> list[str]:
+    """Kueue's busy workers in each edit (bench/kueue_workers.py), when the run sampled them."""
+    rows = [(n, mode, busy) for n in peers for mode in ("wide", "lws")
+            if (busy := results["sizes"][str(n)][mode]["edit"].get("kueue_workers")) and busy.get("samples")]
+    if not rows:
+        return []
+    lines = ["", "Kueue's busy workers in the edit (bench/kueue_workers.py: its goroutines sampled every "
+             f"{rows[0][2].get('every_s', '?')} s; the mean number inside a reconcile, per reconciler, of the "
+             "workers Kueue ships with: Pod 5, Workload 10), with the Pod reconciler's largest activities:", "",
+             "| N | who | samples | Pod reconciler | Workload reconciler | others | the Pod reconciler's workers on |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    for n, mode, busy in rows:
+        per = busy["busy"]
+        pod = per.get("pod.Reconciler.Reconcile", 0.0)
+        workload = per.get("core.WorkloadReconciler.Reconcile", 0.0)
+        others = sum(per.values()) - pod - workload
+        on = "; ".join(f"{activity} {mean:.2f}"
+                       for activity, mean in busy["activities"].get("pod.Reconciler.Reconcile", []))
+        lines.append(f"| {n} | {'ours (LWS shape)' if mode == 'wide' else 'LWS'} | {busy['samples']} | {pod:.2f} | "
+                     f"{workload:.2f} | {others:.2f} | {on} |")
     return lines
 
 
