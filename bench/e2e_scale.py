@@ -633,9 +633,11 @@ def point_hooks(cp: e2e_cluster.ControlPlane, port: int) -> None:
 
 
 def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", profile: bool = False,
-        kueue_gates: dict[str, bool] | None = None, kueue_workers_sampled: bool = False) -> dict[str, Any]:
+        kueue_gates: dict[str, bool] | None = None, kueue_workers_sampled: bool = False,
+        kueue_concurrency: dict[str, int] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": {}, "source": source, "kueue_feature_gates": dict(kueue_gates or {}),
                                "kueue_workers_sampled": kueue_workers_sampled,
+                               "kueue_concurrency": dict(kueue_concurrency or {}),
                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "loadavg_start": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     with_lws = "lws" in modes
@@ -648,8 +650,12 @@ def run(sizes: list[int], out: Path, modes: tuple[str, ...], source: str = "", p
     # (bench/kueue_workers.py), to see which of its controllers a turnover waits behind.
     kueue_pprof = f"127.0.0.1:{e2e_cluster.free_ports(1)[0]}" if kueue_workers_sampled else None
     plane = lws.LwsControlPlane if with_lws else e2e_cluster.ControlPlane
+    # --kueue-concurrency KIND=N: a Kueue controller's workers instead of the shipped number.
+    overrides: dict[str, Any] = {"pprofBindAddress": kueue_pprof} if kueue_pprof else {}
+    if kueue_concurrency:
+        overrides["controller"] = {"groupKindConcurrency": dict(kueue_concurrency)}
     cp = plane(nodes=(pool,), kueue_as_shipped=True, kueue_feature_gates=kueue_gates,
-               kueue_config_overrides={"pprofBindAddress": kueue_pprof} if kueue_pprof else None)
+               kueue_config_overrides=overrides)
     results["kube_controller_manager_client"] = (f"{lws.CLIENT_QPS} qps, burst {lws.CLIENT_BURST}" if with_lws
                                                  else "defaults (20 qps, burst 30)")
     failed = True
@@ -776,6 +782,16 @@ def kueue_gate(text: str) -> tuple[str, bool]:
     return name, value.lower() == "true"
 
 
+def kueue_concurrency(text: str) -> tuple[str, int]:
+    """`KIND=N` as Kueue's controller.groupKindConcurrency takes it (`Pod=20`,
+    `Workload.kueue.x-k8s.io=20`)."""
+    kind, _, value = text.partition("=")
+    if not kind or not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a Kueue controller's concurrency is KIND=N, N >= 1 "
+                                         "(e.g. Pod=20)")
+    return kind, int(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,50,100,200")
@@ -791,11 +807,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kueue-workers", action="store_true",
                         help="sample Kueue's goroutines in every phase: its busy workers per controller "
                              "(bench/kueue_workers.py)")
+    parser.add_argument("--kueue-concurrency", action="append", default=[], type=kueue_concurrency,
+                        metavar="KIND=N", help="a Kueue controller's workers instead of the shipped number "
+                                               "(repeatable), e.g. Pod=20")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     results = run(sizes, args.out, tuple(args.modes.split(",")), args.source or _source(), args.profile,
-                  dict(args.kueue_gate), args.kueue_workers)
+                  dict(args.kueue_gate), args.kueue_workers, dict(args.kueue_concurrency))
     (args.out / "e2e-scale.json").write_text(json.dumps(results, indent=1))
     if not args.no_webhooks:
         try:

@@ -306,6 +306,14 @@ def _gates(results: dict[str, Any]) -> str:
         f"`{name}={str(on).lower()}`" for name, on in sorted(gates.items())) + "."
 
 
+def _concurrency(results: dict[str, Any]) -> str:
+    workers = results.get("kueue_concurrency") or {}
+    if not workers:
+        return ""
+    return " **Kueue controller workers set for this run** (--kueue-concurrency): " + ", ".join(
+        f"`{kind}={n}`" for kind, n in sorted(workers.items())) + "."
+
+
 def section(results: dict[str, Any]) -> str:
     sizes = _sizes(results)
     lines = [BEGIN, "", "## Scale on the real stack: N deployments through Metacontroller (bench/e2e-scale.sh)", "",
@@ -323,7 +331,7 @@ def section(results: dict[str, Any]) -> str:
              "replacement cadence and the same AdmissionCheck writes "
              "(bench/e2e_scale_baseline.py), so Metacontroller, the API server, Kueue and kwok do the same work; "
              "then, when the run has them, the operator and LeaderWorkerSet on LWS's shape (below)."
-             + _gates(results),
+             + _gates(results) + _concurrency(results),
              ""]
     for run in results.get("runs") or []:
         lines.append(f"- N = {', '.join(map(str, run['sizes']))}: run {run['started']} -> {run['finished']} "

@@ -23,3 +23,17 @@ def test_the_report_names_the_gates_a_run_set_and_says_nothing_without_them() ->
     assert "Kueue feature gates set for this run** (--kueue-gate): `DisableWaitForPodsReady=true`." in with_gates
     assert "feature gates" not in e2e_scale_report.section({"sizes": {}})
     assert "feature gates" not in e2e_scale_report.section({"sizes": {}, "kueue_feature_gates": {}})
+
+
+def test_a_kueue_concurrency_is_kind_equals_a_positive_number() -> None:
+    assert e2e_scale.kueue_concurrency("Pod=20") == ("Pod", 20)
+    assert e2e_scale.kueue_concurrency("Workload.kueue.x-k8s.io=10") == ("Workload.kueue.x-k8s.io", 10)
+    for text in ("Pod", "=5", "Pod=0", "Pod=many"):
+        with pytest.raises(argparse.ArgumentTypeError, match="KIND=N, N >= 1"):
+            e2e_scale.kueue_concurrency(text)
+
+
+def test_the_report_names_the_kueue_workers_a_run_set_and_says_nothing_without_them() -> None:
+    with_workers = e2e_scale_report.section({"sizes": {}, "kueue_concurrency": {"Pod": 20}})
+    assert "Kueue controller workers set for this run** (--kueue-concurrency): `Pod=20`." in with_workers
+    assert "controller workers set" not in e2e_scale_report.section({"sizes": {}})
