@@ -5,8 +5,9 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -99,11 +100,18 @@ def pprof() -> Iterator[str]:
         server.server_close()
 
 
+def _until(condition: Callable[[], bool], within_s: float = 60.0) -> None:
+    """Polls `condition`; a bound far above what it takes, so a broken sampler fails, never hangs."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "the sampler made no progress"
+        time.sleep(0.02)
+
+
 def test_the_sampler_samples_until_stopped_and_its_thread_ends(pprof: str) -> None:
     sampler = kueue_workers.Sampler(pprof, every_s=0.05)
     sampler.start()
-    while len(sampler.samples) < 3:
-        threading.Event().wait(0.02)
+    _until(lambda: len(sampler.samples) >= 3)
     summary = sampler.stop()
     assert not sampler._thread.is_alive()
     assert summary["errors"] == 0 and summary["samples"] >= 3
@@ -116,8 +124,7 @@ def test_the_sampler_counts_an_unreachable_endpoint_as_errors_not_samples() -> N
         port = closed.getsockname()[1]
     sampler = kueue_workers.Sampler(f"127.0.0.1:{port}", every_s=0.05)
     sampler.start()
-    while sampler.errors < 2:
-        threading.Event().wait(0.02)
+    _until(lambda: sampler.errors >= 2)
     summary = sampler.stop()
     assert summary["samples"] == 0 and summary["errors"] >= 2
 
