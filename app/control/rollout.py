@@ -333,7 +333,10 @@ def _incomplete(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedInstance | N
     was started with; never mix renders in one group."""
     assert inst is not None
     entry.incomplete = True
-    wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), slot=p.slot(inst))
+    # Under the spec generation its listed members were created with: they are returned as created,
+    # and a missing member joins them under the same one (docs/operations.md#upgrading-the-operator).
+    wanted = instance_pods(p.ctx, p.render, entry.ordinal, inst.incarnation(), _spec_generation(inst),
+                           slot=p.slot(inst))
     have = inst.members()
     ours = entry.up_to_date and not entry.newer
     if ours:

@@ -230,7 +230,7 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
                 and md.get("status", {}).get("observedGeneration") == md["metadata"]["generation"]
                 for md in sim.parents.values()
             )
-            if done and sim.state_key() == before:
+            if done and sim.state_key() == before and not sim.called_back():
                 break
         for name, md in sim.parents.items():
             assert not md["metadata"].get("deletionTimestamp"), f"{name}: deletion never finalized\n" + "\n".join(sim.trace[-40:])

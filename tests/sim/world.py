@@ -1306,6 +1306,13 @@ class Sim:
             return True
         return self.t >= at + RESYNC_PERIOD_SECONDS
 
+    def called_back(self) -> list[str]:
+        """Deployments whose last pass asked Metacontroller to come back (`resyncAfterSeconds`: a
+        status it held back, docs/status.md#settling): the system has not settled until that pass
+        has run and asked for nothing."""
+        return sorted(name for name, (_, _, resync_after) in self.last_pass.items()
+                      if resync_after is not None and name in self.parents)
+
     def sync_all(self) -> None:
         for name in sorted(self.parents):
             if self.due(name):
@@ -1325,11 +1332,12 @@ class Sim:
         return dumps([self.pods, self.workloads, {n: p.get("status") for n, p in self.parents.items()}])
 
     def settle(self, rounds: int = 40, seconds: float = 5.0) -> int:
-        """Steps until nothing changes (or `rounds` pass); returns the number of steps taken."""
+        """Steps until nothing changes and no pass waits to be called back (or `rounds` pass);
+        returns the number of steps taken."""
         for i in range(rounds):
             before = self.state_key()
             self.step(seconds)
-            if self.state_key() == before:
+            if self.state_key() == before and not self.called_back():
                 return i + 1
         return rounds
 

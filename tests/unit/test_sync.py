@@ -186,6 +186,30 @@ def test_scale_up_keeps_survivors_byte_identical_and_scale_down_sheds_the_highes
     assert len(leaving) == 2 and all("30s" in e.message for e in leaving)
 
 
+def test_a_group_lacking_a_member_is_completed_under_the_generation_it_was_created_with():
+    """A size-2 replica whose second member's create failed, or that a lagging view does not list
+    yet, found after an edit that changes no Pod (a scale-up, generation 2): the listed member is
+    returned exactly as created (spec generation 1) and the missing one joins it under that
+    generation, never a mix of two in one group (docs/operations.md#upgrading-the-operator)."""
+    md = parent("deepseek-multinode")
+    first = sync(md)
+    leader = next(p for p in pods(first) if p["metadata"]["name"] == "ds-wide-server-r0-m0")
+    observed = copy.deepcopy(leader)
+    observed["metadata"]["uid"] = "uid-leader"
+    observed["spec"]["schedulingGates"] = [{"name": vocab.KUEUE_SCHEDULING_GATE}]
+    observed["status"] = {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}
+    group = workload("team-a", leader["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME], admitted=False)
+    scaled = parent("deepseek-multinode")
+    scaled["metadata"]["generation"] = 2
+    scaled["spec"]["roles"][0]["replicas"] += 1
+    completed = {p["metadata"]["name"]: p for p in pods(sync(scaled, children=[observed], extra_related=[group]))}
+    assert orjson.dumps(completed["ds-wide-server-r0-m0"], option=orjson.OPT_SORT_KEYS) == \
+        orjson.dumps(leader, option=orjson.OPT_SORT_KEYS)
+    generations = {completed[f"ds-wide-server-r0-m{m}"]["metadata"]["annotations"][vocab.ANNOTATION_SPEC_GENERATION]
+                   for m in (0, 1)}
+    assert generations == {"1"}
+
+
 def test_a_departed_replica_kueue_let_go_keeps_the_workload_kueue_made_again():
     """A departed replica's Pods terminating without Kueue's finalizer (its Workload was deleted):
     the Workload the request shows was composed again by Kueue for those Pods, and deleting it would
