@@ -46,8 +46,23 @@ def ready_on_composition(ctx: DeploymentContext, plans: list[RolePlan]) -> list[
                                           deployment_uid=ctx.md.metadata.uid, generation=generation,
                                           revision=effective_revision(ctx.options.render_rehearsal),
                                           workload=group, stopping_pods=entry.stopping_pods,
-                                          message=SINGLE_ROLE_READY))
+                                          message=SINGLE_ROLE_READY, members=members_to_verify(entry.pods),
+                                          fingerprint=obs.pod_fingerprint(entry.pods[0]) or ""))
     return out
+
+
+def members_to_verify(pods: list[KubeObject]) -> tuple[str, ...]:
+    """The group's Pods whose render the follow-up reads before it writes: a multi-Pod group's, whose
+    names are the same in every render, so a pass whose view had not listed an older render's Pods
+    under those names asked for Pods that were already there (Metacontroller's create finds them);
+    none of a one-Pod group, whose name carries its render (docs/kueue.md#ready-on-composition)."""
+    return tuple(map(obs.pod_name, pods)) if len(pods) > 1 else ()
+
+
+def members_on_render(intent: ReadyOnComposition, members: list[KubeObject | None]) -> bool:
+    """Every member the follow-up read is stored, not being deleted, on the intent's render."""
+    return all(pod is not None and not (pod.get("metadata") or {}).get("deletionTimestamp")
+               and obs.pod_fingerprint(pod) == intent.fingerprint for pod in members)
 
 
 def deployment_unchanged(intent: ReadyOnComposition, live: KubeObject | None, now: str) -> bool:

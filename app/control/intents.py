@@ -89,8 +89,9 @@ class ReadyOnComposition:
     """A single-role deployment's group whose Pods this pass creates: our check is written `Ready` on
     its Workload as soon as Kueue composes it and none of `stopping_pods` (the ordinal's Pods of
     earlier incarnations the pass listed) is left, without waiting for the next pass, while the
-    deployment is still the object `deployment_uid` at `generation` and no operator of a newer render
-    revision than `revision` answers it (docs/kueue.md#ready-on-composition)."""
+    deployment is still the object `deployment_uid` at `generation`, no operator of a newer render
+    revision than `revision` answers it, and each of `members` (a multi-Pod group's Pods, whose names
+    do not carry their render) is stored with the render `fingerprint` (docs/kueue.md#ready-on-composition)."""
 
     namespace: str
     deployment: str
@@ -100,6 +101,8 @@ class ReadyOnComposition:
     workload: str
     stopping_pods: tuple[str, ...]
     message: str
+    members: tuple[str, ...] = ()
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)

@@ -253,15 +253,18 @@ class Kube:
             async for kind, obj in changes:
                 yield kind, _plain(obj)
 
-    async def pod_exists(self, namespace: str, name: str) -> bool:
-        """Whether the Pod is still stored (being deleted counts: it has not stopped yet)."""
+    async def pod(self, namespace: str, name: str) -> KubeObject | None:
+        """The stored Pod (None when it does not exist)."""
         try:
-            await self.client.get(Pod, name, namespace=namespace)
+            return _plain(await self.client.get(Pod, name, namespace=namespace))
         except ApiError as exc:
             if exc.status.code == 404:
-                return False
+                return None
             raise
-        return True
+
+    async def pod_exists(self, namespace: str, name: str) -> bool:
+        """Whether the Pod is still stored (being deleted counts: it has not stopped yet)."""
+        return await self.pod(namespace, name) is not None
 
     async def delete_workload(self, namespace: str, name: str, uid: str) -> bool:
         """Deletes the Workload only while it is the object with `uid` (a DeleteOptions precondition).

@@ -7,8 +7,9 @@ watch of Workloads (cluster-wide, running only while a follow-up waits: it stops
 change nobody awaits and resumes from the last version it saw) hands each awaited Workload to its
 follow-up, which writes our check `Ready` once the planner's remaining condition holds: none of
 the Pods of the ordinal's earlier incarnations that the pass listed is left (read side by side,
-again each STOPPING_RECHECK_SECONDS until all are gone), and the deployment is still the object
-and generation the pass decided on, answered by no newer operator (else the next pass decides).
+again each STOPPING_RECHECK_SECONDS until all are gone), a multi-Pod group's members are stored on
+the pass's render, and the deployment is still the object and generation the pass decided on,
+answered by no newer operator (else the next pass decides).
 The write is the executor's, with the Workload copy's resourceVersion; a follow-up that cannot
 finish within FOLLOW_SECONDS is dropped, and the passes decide as they always do.
 """
@@ -166,6 +167,10 @@ class CompositionFollower:
             gone.update(name for name, exists in zip(stopping, left) if not exists)
             if any(left):
                 await asyncio.sleep(STOPPING_RECHECK_SECONDS)
+            elif not follow_up.members_on_render(intent, list(await asyncio.gather(
+                    *(self.kube.pod(intent.namespace, name) for name in intent.members)))):
+                self._drop(key, intent)  # Pods of another render under the names the pass asked for
+                return
             elif not follow_up.deployment_unchanged(
                     intent, await self.kube.model_deployment(intent.namespace, intent.deployment), self.now()):
                 self._drop(key, intent)

@@ -1204,8 +1204,9 @@ class Sim:
             if step is composition.Composed.WAIT or (step is composition.Composed.WRITE and any(p in self.pods for p in intent.stopping_pods)):
                 continue
             del self.follow_ups[name]
-            if step is composition.Composed.DONE or not composition.deployment_unchanged(
-                    intent, self.parents.get(deployment), self.now()):
+            if step is composition.Composed.DONE or not composition.members_on_render(
+                    intent, [self.pods.get(member) for member in intent.members]) \
+                    or not composition.deployment_unchanged(intent, self.parents.get(deployment), self.now()):
                 continue
             self.note(f"follow-up: our check Ready on {name} (composed)")
             self.follow_up_writes += 1

@@ -15,6 +15,7 @@ from app.kube import composition as follower_module
 from app.kube.composition import CompositionFollower
 from app.kube.executor import Executor, ParentRef
 from app.render import names
+from tests.helpers import parent, pods, sync
 
 GROUP = names.pod_group("team-a", "qwen", "server", 0, 1)
 INTENT = ReadyOnComposition(namespace="team-a", deployment="qwen", deployment_uid="uid-1", generation=2,
@@ -32,11 +33,15 @@ def copy_of(rv: str, state: str | None = "Pending", *conditions: str, deleting: 
 
 
 class FakeKube:
-    def __init__(self, pods: set[str], generation: int = 2) -> None:
+    def __init__(self, pods: set[str], generation: int = 2, members: dict[str, dict[str, Any]] | None = None) -> None:
         self.pods = set(pods)
         self.generation = generation
         self.copies: list[dict[str, Any]] = []  # what a read of the Workload returns, in turn
         self.pod_reads = 0
+        self.members = dict(members or {})  # the group's stored Pods, by name
+
+    async def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.members.get(name)
 
     async def pod_exists(self, namespace: str, name: str) -> bool:
         self.pod_reads += 1
@@ -123,17 +128,66 @@ def test_a_copy_that_arrives_while_the_follow_up_runs_is_read_again() -> None:
     assert [w.resource_version for w in asyncio.run(story()).made] == ["11"]
 
 
-def test_a_deployment_edited_since_the_pass_drops_the_follow_up() -> None:
+def on_one_copy(kube: FakeKube, intent: ReadyOnComposition) -> tuple[Writes, CompositionFollower]:
+    """The follow-up for `intent`, handed one copy of its Workload with our check Pending."""
     async def story() -> tuple[Writes, CompositionFollower]:
-        kube, writes = FakeKube(set(), generation=3), Writes()
+        writes = Writes()
         f = follower(kube, writes)
-        f.expect(INTENT)
+        f.expect(intent)
         f.seen(copy_of("10"))
         await settled(f)
         return writes, f
 
-    writes, f = asyncio.run(story())
+    return asyncio.run(story())
+
+
+def test_a_deployment_edited_since_the_pass_drops_the_follow_up() -> None:
+    writes, f = on_one_copy(FakeKube(set(), generation=3), INTENT)
     assert writes.made == [] and f.waiting == {}
+
+
+def member(name: str, fingerprint: str, *, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "annotations": {vocab.ANNOTATION_FINGERPRINT: fingerprint}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+WIDE = ReadyOnComposition(namespace="team-a", deployment="qwen", deployment_uid="uid-1", generation=2, revision=1,
+                          workload=GROUP, stopping_pods=(), message=composition.SINGLE_ROLE_READY,
+                          members=("qwen-server-r0-s1-m0", "qwen-server-r0-s1-m1"), fingerprint="fp-new")
+
+
+@pytest.mark.parametrize("stored, written", [
+    ({"qwen-server-r0-s1-m0": member("qwen-server-r0-s1-m0", "fp-new"),
+      "qwen-server-r0-s1-m1": member("qwen-server-r0-s1-m1", "fp-new")}, True),
+    # The pass's view had not listed an older render's Pods under these names: Kueue composed them.
+    ({"qwen-server-r0-s1-m0": member("qwen-server-r0-s1-m0", "fp-old"),
+      "qwen-server-r0-s1-m1": member("qwen-server-r0-s1-m1", "fp-old")}, False),
+    ({"qwen-server-r0-s1-m0": member("qwen-server-r0-s1-m0", "fp-new"),
+      "qwen-server-r0-s1-m1": member("qwen-server-r0-s1-m1", "fp-old")}, False),
+    ({"qwen-server-r0-s1-m0": member("qwen-server-r0-s1-m0", "fp-new")}, False),
+    ({"qwen-server-r0-s1-m0": member("qwen-server-r0-s1-m0", "fp-new"),
+      "qwen-server-r0-s1-m1": member("qwen-server-r0-s1-m1", "fp-new", deleting=True)}, False),
+])
+def test_a_multi_pod_group_is_written_only_when_its_members_are_on_the_passs_render(
+        stored: dict[str, dict[str, Any]], written: bool) -> None:
+    writes, f = on_one_copy(FakeKube(set(), members=stored), WIDE)
+    assert [w.workload for w in writes.made] == ([GROUP] if written else []) and f.waiting == {}
+
+
+@pytest.mark.parametrize("example_name, size", [("deepseek-multinode", 2), ("qwen-chat", 1)])
+def test_a_pass_hands_a_multi_pod_groups_members_and_render_to_its_follow_up(example_name: str, size: int) -> None:
+    result = sync(parent(example_name))
+    follow_ups = [i for i in result.intents if isinstance(i, ReadyOnComposition)]
+    assert follow_ups
+    created = pods(result)
+    for intent in follow_ups:
+        group = [p for p in created if p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME] == intent.workload]
+        assert len(group) == size
+        assert {p["metadata"]["annotations"][vocab.ANNOTATION_FINGERPRINT] for p in group} == {intent.fingerprint}
+        # A one-Pod group's name carries its render: nothing to read.
+        assert intent.members == (tuple(p["metadata"]["name"] for p in group) if size > 1 else ())
 
 
 def test_a_stale_copy_is_read_again_and_written_on_the_fresh_one() -> None:
