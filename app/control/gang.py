@@ -168,8 +168,18 @@ def _seconds_between(start: str | None, end: str) -> float:
 
 
 def _admissible(plan: RolePlan, entry: OrdinalPlan) -> bool:
-    """A group we may let start: on the role's current render, and the role is not held."""
-    return entry.up_to_date and plan.hold is None
+    """A group we may let start: on the role's current render, the role is not held, and its Pods
+    have not run already under an admission its Workload does not hold (see _ran_unadmitted)."""
+    return entry.up_to_date and plan.hold is None and not _ran_unadmitted(entry)
+
+
+def _ran_unadmitted(entry: OrdinalPlan) -> bool:
+    """Its listed Pods ran, so Kueue admitted them once, yet its Workload is not admitted: Kueue
+    stops the Pods of a Workload it evicts or that is deleted, and composes a new Workload for Pods
+    still stopping, so this is that new one, or the view has not caught up with their stop. Admitting
+    it would let the departed incarnation hold quota beside its replacement (docs/kueue.md#joint-admission,
+    rule 4)."""
+    return entry.ran and not entry.admitted
 
 
 def verdict(plans: list[RolePlan]) -> GangVerdict:
@@ -256,6 +266,9 @@ def _groups(ctx: DeploymentContext, plans: list[RolePlan]) -> list[_Group]:
                 why_not = f"new replicas of role {plan.role} are held: {plan.hold}"
             elif not entry.up_to_date:
                 why_not = f"these Pods are an obsolete render of role {plan.role}; they are replaced, never admitted"
+            elif _ran_unadmitted(entry):
+                why_not = (f"replica {names.instance(ctx.name, plan.role, entry.ordinal)} ran under an earlier "
+                           f"admission and is stopping; this Workload is never admitted")
             elif entry.earlier_left:
                 why_not = (f"replica {names.instance(ctx.name, plan.role, entry.ordinal)} replaces an earlier instance "
                            f"whose Pods are still stopping; it is admitted once they are gone")

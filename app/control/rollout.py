@@ -96,6 +96,8 @@ class OrdinalPlan:
     # When this pass creates Pods (`pods` holds new ones): the ordinal's listed Pods of earlier
     # incarnations, which must be gone before the new group is admitted.
     stopping_pods: tuple[str, ...] = ()
+    # The instance's listed Pods ran: Kueue admitted them once (they lost its scheduling gate).
+    ran: bool = False
     note: str = ""
 
 
@@ -468,7 +470,8 @@ def plan_role(
         inst = observed.get(ordinal)
         entry = OrdinalPlan(ordinal, Action.KEEP, admitted=obs.workload_admitted(workload),
                             reserved=obs.workload_reserved(workload), has_workload=workload is not None,
-                            group=group, earlier_left=inst is not None and bool(inst.earlier))
+                            group=group, earlier_left=inst is not None and bool(inst.earlier),
+                            ran=inst is not None and inst.ran)
         plan.intents += _earlier_workloads(p, inst, group)
         if obs.workload_deleting(workload):
             _let_go(entry)

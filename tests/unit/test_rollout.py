@@ -169,8 +169,8 @@ def test_holders_are_read_from_the_listed_deployments_status_and_malformed_recor
         "a", 1, 4, frozenset({"h20"}), frozenset({"team-a/h20"}))
 
 
-def ordinal(action: Action, *, admitted=False, reserved=False, up_to_date=True) -> OrdinalPlan:
-    return OrdinalPlan(0, action, admitted=admitted, reserved=reserved, up_to_date=up_to_date)
+def ordinal(action: Action, *, admitted=False, reserved=False, up_to_date=True, ran=False) -> OrdinalPlan:
+    return OrdinalPlan(0, action, admitted=admitted, reserved=reserved, up_to_date=up_to_date, ran=ran)
 
 
 @pytest.mark.parametrize("entries, hold, complete, have, want", [
@@ -179,10 +179,24 @@ def ordinal(action: Action, *, admitted=False, reserved=False, up_to_date=True) 
     ([ordinal(Action.KEEP, reserved=True, up_to_date=False)], None, False, 0, 1),  # obsolete quota not counted
     ([ordinal(Action.KEEP, reserved=True)], "binding not Ready", False, 0, 1),  # held render not counted
     ([ordinal(Action.KEEP, admitted=True), ordinal(Action.SHED, admitted=True)], None, True, 1, 1),
+    # Pods that ran beside a Workload not admitted: Kueue's new one for stopping Pods, not counted.
+    ([ordinal(Action.KEEP, reserved=True, ran=True)], None, False, 0, 1),
+    ([ordinal(Action.KEEP, admitted=True, reserved=True, ran=True)], None, True, 1, 1),
 ])
 def test_verdict_counts_the_declared_groups_that_hold_quota(entries, hold, complete, have, want):
     plan = RolePlan("server", ordinals=entries, hold=hold)
     assert gang.verdict([plan]) == gang.GangVerdict(complete=complete, have=have, want=want)
+
+
+@pytest.mark.parametrize("ran, admitted, expected", [
+    (True, False, True),  # ran under an admission this Workload does not hold
+    (True, True, False),  # serving under its own admission
+    (False, False, False),  # still gated: a group waiting for its first admission
+])
+def test_a_group_that_ran_is_admitted_only_by_the_workload_that_admitted_it(ran, admitted, expected):
+    entry = ordinal(Action.KEEP, admitted=admitted, reserved=True, ran=ran)
+    assert gang._ran_unadmitted(entry) is expected
+    assert gang._admissible(RolePlan("server", ordinals=[entry]), entry) is not expected
 
 
 def group(state: str, *conditions: str, admissible: bool = True) -> gang._Group:

@@ -210,6 +210,26 @@ def test_a_group_lacking_a_member_is_completed_under_the_generation_it_was_creat
     assert generations == {"1"}
 
 
+def test_a_workload_composed_again_beside_pods_that_ran_is_never_made_ready():
+    """A view that still lists a replica's Pods running (they lost Kueue's gate: admitted once) beside
+    a Workload of their group that is not admitted, reserving quota: Kueue's new Workload for Pods it
+    stopped, or a view behind their stop. Its check is held Pending with the reason, never written
+    Ready (docs/kueue.md#joint-admission); the other replicas' admitted Workloads are left alone."""
+    first = sync(parent("qwen-chat"))
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
+    check = {"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending", "message": "", "lastTransitionTime": NOW}
+    for wl in groups:
+        wl["status"]["admissionChecks"] = [{**check, "state": "Ready"}]
+    again = workload("team-a", groups[0]["metadata"]["name"], admitted=False)
+    again["status"]["admissionChecks"] = [check]
+    result = sync(parent("qwen-chat"), children=observed, extra_related=[again, *groups[1:]])
+    writes = [i for i in result.intents if type(i).__name__ == "SetAdmissionCheck"]
+    assert all(w.state != vocab.CHECK_STATE_READY for w in writes), writes
+    assert [(w.workload, w.state) for w in writes] == [(again["metadata"]["name"], vocab.CHECK_STATE_PENDING)]
+    assert "ran under an earlier admission" in writes[0].message
+
+
 def test_a_departed_replica_kueue_let_go_keeps_the_workload_kueue_made_again():
     """A departed replica's Pods terminating without Kueue's finalizer (its Workload was deleted):
     the Workload the request shows was composed again by Kueue for those Pods, and deleting it would
