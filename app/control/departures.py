@@ -19,6 +19,20 @@ def replica_event(ctx: DeploymentContext, reason: str, role: str, ordinal: int, 
                         occurrence=(vocab.EVENT_NAME_REPLICA_DEPARTURE, f"{ctx.md.metadata.uid}/{role}/{ordinal}/{key}"))
 
 
+def workload_occurrence_key(workload: KubeObject, slot_groups: list[str], next_incarnation: int) -> str:
+    """The departure key of the incarnation a Workload standing without listed Pods was composed for,
+    the one a pass that lists its Pods uses (ObservedInstance.occurrence_key), so the two views of
+    one departure name one Event: the newest incarnation created in the Workload's slot (its index in
+    `slot_groups`), `next_incarnation` when it is that slot's (created, not listed yet), else the one
+    before it. A Workload in neither slot, or before any incarnation, is named by its UID."""
+    name = (workload.get("metadata") or {}).get("name")
+    slot = slot_groups.index(name) if name in slot_groups else None
+    incarnation = None if slot is None else next_incarnation - (next_incarnation - slot) % len(slot_groups)
+    if incarnation is None or incarnation < 0:
+        return f"workload:{obs.workload_uid(workload)}"
+    return f"incarnation:{incarnation}"
+
+
 def departure_event(ctx: DeploymentContext, role: str, ordinal: int, inst: obs.ObservedInstance,
                      workload: KubeObject | None) -> RecordEvent:
     if inst.evicted or (obs.workload_evicted(workload) and inst.ran):

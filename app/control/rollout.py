@@ -54,6 +54,7 @@ from app.control import observed as obs
 from app.control.departures import delete_unless_deleting as _delete_workload
 from app.control.departures import departure_event as _departure_event
 from app.control.departures import replica_event as _event
+from app.control.departures import workload_occurrence_key as _workload_occurrence_key
 from app.control.departures import workload_delete
 from app.control.intents import DeleteWorkload, Intent
 from app.model.context import DeploymentContext
@@ -272,7 +273,8 @@ def _empty_with_workload(p: _RolePass, entry: OrdinalPlan, inst: obs.ObservedIns
     entry.up_to_date = True
     entry.note = "waiting for the departed replica's Workload to be deleted"
     _let_go(entry)
-    key = f"workload:{obs.workload_uid(workload)}"
+    key = _workload_occurrence_key(workload, names.pod_groups(p.ctx.namespace, p.ctx.name, p.role.name, entry.ordinal),
+                                   p.next_incarnation(entry.ordinal))
     if obs.workload_deleting(workload) or not obs.workload_ran(workload):
         pass  # already being deleted (whoever deleted it decided), or it never served
     elif obs.workload_evicted_while_running(workload):

@@ -265,8 +265,6 @@ class ModelDeploymentMachine(RuleBasedStateMachine):
 # Modest and reproducible by default (a 2-core CI machine: the same 50 histories every run); a
 # deeper, random hunt: MODELDEPLOYMENT_SIM_RANDOM=1 MODELDEPLOYMENT_SIM_EXAMPLES=500
 # MODELDEPLOYMENT_SIM_STEPS=80 .venv/bin/pytest tests/sim/test_stateful.py --hypothesis-show-statistics
-# Random hunts have found a case not fixed yet (lagging views with repeated preemptions: two
-# departure Events for one life): see the CHANGELOG's "Known issues".
 RANDOM_HUNT = os.environ.get("MODELDEPLOYMENT_SIM_RANDOM", "0") == "1"
 ModelDeploymentMachine.TestCase.settings = settings(
     derandomize=not RANDOM_HUNT,

@@ -16,6 +16,7 @@ from app import vocab
 from app.api.v1 import ModelDeployment
 from app.control import gang
 from app.control import observed as obs
+from app.control.departures import workload_occurrence_key
 from app.control.memory import next_incarnations
 from app.control.rollout import Action, OrdinalPlan, RolePlan, Situation, classify, may_turn_over
 from app.model.context import RenderOptions, build_context
@@ -129,6 +130,20 @@ def test_the_turnover_gates(serving, held, admission_gate, others_not_serving, t
 def test_next_incarnations_move_past_every_listed_incarnation(previous, observed, expected):
     insts = {o: obs.ObservedInstance(o, [pod(incarnation=k) for k in ks]) for o, ks in observed.items()}
     assert next_incarnations(previous, insts) == expected
+
+
+@pytest.mark.parametrize("name, upcoming, expected", [
+    ("g-s0", 0, "incarnation:0"),  # created in slot 0, never listed
+    ("g-s1", 0, "workload:wl-uid"),  # nothing was ever created in slot 1
+    ("g-s0", 1, "incarnation:0"),  # 0 was listed (the next is 1): its Workload
+    ("g-s1", 1, "incarnation:1"),  # 1 created in slot 1, not listed yet
+    ("g-s0", 4, "incarnation:4"),
+    ("g-s1", 4, "incarnation:3"),
+    ("elsewhere", 3, "workload:wl-uid"),
+])
+def test_a_workload_without_listed_pods_is_named_after_the_newest_incarnation_of_its_slot(name, upcoming, expected):
+    wl = {"metadata": {"name": name, "uid": "wl-uid"}}
+    assert workload_occurrence_key(wl, ["g-s0", "g-s1"], upcoming) == expected
 
 
 # --- gang ------------------------------------------------------------------------------------------

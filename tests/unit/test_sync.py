@@ -230,6 +230,33 @@ def test_a_workload_composed_again_beside_pods_that_ran_is_never_made_ready():
     assert "ran under an earlier admission" in writes[0].message
 
 
+def test_an_eviction_seen_first_on_the_workload_then_on_the_pods_is_one_event():
+    """A replica preempted before any view listed its Pods: one pass reads only its evicted Workload,
+    a later one its Pods stopped by the eviction. Both name the departure after the incarnation, so
+    the second Event create finds the first (docs/kueue.md#events)."""
+    first = sync(parent("qwen-chat"))
+    observed = [running(p, f"uid-{i}") for i, p in enumerate(pods(first))]
+    groups = [workload("team-a", p["metadata"]["labels"][vocab.LABEL_KUEUE_POD_GROUP_NAME]) for p in observed]
+    evicted = workload("team-a", groups[0]["metadata"]["name"], reserved=False, admitted=False)
+    evicted["metadata"]["uid"] = "wl-evicted"
+    evicted["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted",
+                                            "lastTransitionTime": NOW})
+    evicted["status"]["admissionChecks"] = [{"name": vocab.ADMISSION_CHECK_NAME, "state": "Pending",
+                                             "message": vocab.KUEUE_CHECK_RESET_AFTER_EVICTION,
+                                             "lastTransitionTime": NOW}]
+    related = [evicted, *groups[1:]]
+
+    def told(result):
+        return [(i.reason, i.name) for i in result.intents if getattr(i, "reason", None) == vocab.EVENT_REPLICA_EVICTED]
+
+    unlisted = told(sync(parent("qwen-chat"), children=observed[1:], extra_related=related))
+    stopped = copy.deepcopy(observed[0])
+    stopped["status"]["conditions"].append({"type": vocab.KUEUE_POD_TERMINATION_TARGET, "status": "True",
+                                            "reason": f"{vocab.KUEUE_STOP_REASON_EVICTED}DueToPreempted"})
+    listed = told(sync(parent("qwen-chat"), children=[stopped, *observed[1:]], extra_related=related))
+    assert len(unlisted) == 1 and listed == unlisted
+
+
 def test_a_departed_replica_kueue_let_go_keeps_the_workload_kueue_made_again():
     """A departed replica's Pods terminating without Kueue's finalizer (its Workload was deleted):
     the Workload the request shows was composed again by Kueue for those Pods, and deleting it would
