@@ -61,8 +61,8 @@ def members_to_verify(pods: list[KubeObject]) -> tuple[str, ...]:
 
 def members_on_render(intent: ReadyOnComposition, members: list[KubeObject | None]) -> bool:
     """Every member the follow-up read is stored, not being deleted, on the intent's render."""
-    return all(pod is not None and not (pod.get("metadata") or {}).get("deletionTimestamp")
-               and obs.pod_fingerprint(pod) == intent.fingerprint for pod in members)
+    return all(pod is not None and not obs.pod_terminating(pod) and obs.pod_fingerprint(pod) == intent.fingerprint
+               for pod in members)
 
 
 def deployment_unchanged(intent: ReadyOnComposition, live: KubeObject | None, now: str) -> bool:
